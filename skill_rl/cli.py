@@ -1,0 +1,77 @@
+"""The small commands around a skill: `--list`, `--init`, `--check`, and the printed run configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .skills import DIMENSIONS, NAME_RE, Skill, SkillError, list_skills as skill_folders, load_skill
+
+TEMPLATE = Path(__file__).parent / "template"
+
+
+def list_skills(skills_dir: Path) -> int:
+    console = Console()
+    table = Table(title=f"skills in {skills_dir}")
+    table.add_column("name")
+    table.add_column("description")
+    folders = skill_folders(skills_dir)
+    for folder in folders:
+        try:
+            skill = load_skill(folder, with_tasks=False)
+            table.add_row(skill.name, skill.description)
+        except SkillError as e:
+            table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]")
+    console.print(table if folders else f"no skills in {skills_dir}")
+    return 0
+
+
+def init_skill(skills_dir: Path, name: str) -> int:
+    if not NAME_RE.match(name) or len(name) > 64:
+        print(f"error: skill name must be 1-64 characters of a-z, 0-9 and single '-', got {name!r}")
+        return 2
+    folder = Path(skills_dir) / name
+    if folder.exists():
+        print(f"error: {folder} already exists; pick another name")
+        return 2
+    folder.mkdir(parents=True)
+    title = name.replace("-", " ").capitalize()
+    for src in TEMPLATE.iterdir():
+        text = src.read_text().replace("{name}", name).replace("{title}", title)
+        (folder / src.name).write_text(text)
+    print(f"created {folder}/SKILL.md and tasks.jsonl: edit them, then run --skill {name} --check")
+    return 0
+
+
+def print_check(skill: Skill) -> int:
+    console = Console()
+    console.print(f"[bold]{skill.name}[/bold]  {skill.path}")
+    console.print(skill.description, highlight=False)
+    weights = ", ".join(f"{d} {skill.weights[d]:g}" for d in DIMENSIONS)
+    console.print(f"rubric weights: {weights}; judged by RULER: {', '.join(skill.judged) or 'nothing'}")
+    checks = [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
+    console.print(f"deterministic checks (checks.py): {', '.join(checks) or 'none, the judge scores every dimension'}")
+    console.print("procedure:")
+    for i, step in enumerate(skill.steps, 1):
+        console.print(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}", highlight=False, markup=False)
+    table = Table(title="tasks")
+    for col in ("split", "tasks", "with expect", "with reference"):
+        table.add_column(col, justify="right")
+    for split in ("train", "val"):
+        tasks = skill.split(split)
+        table.add_row(split, str(len(tasks)), str(sum(t.expect is not None for t in tasks)),
+                      str(sum(t.reference is not None for t in tasks)))
+    console.print(table)
+    console.print(f"[green]ok[/green]: {skill.path / 'SKILL.md'} and {len(skill.tasks)} tasks are valid")
+    return 0
+
+
+def print_config(args, judge) -> None:
+    """The resolved configuration of a run, secrets masked."""
+    shown = {k: v for k, v in vars(args).items() if v not in (None, False, []) and k not in ("judge_api_key", "api_key")}
+    shown["judge"] = judge.public() if judge else "none (checks only)"
+    width = max(len(k) for k in shown)
+    for k, v in shown.items():
+        print(f"{k:<{width}}  {v}", flush=True)

@@ -1,0 +1,236 @@
+"""`--eval`: compare OpenAI-compatible models on a skill's held-out tasks with the training scorer.
+
+RULER's scores are relative within a group, so a judge score only compares outputs judged
+together. For each task, every model's outputs are judged in ONE group (one judge call per judged
+dimension per task): the procedure and correctness columns compare models head to head on the same
+input. Deterministic checks are absolute and need no such care.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .reward import Judge, Scorer
+from .skills import DIMENSIONS, Skill, Task
+
+SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    label: str
+    model: str
+    base_url: str | None
+    api_key: str = field(repr=False, default="none")
+
+
+def parse_spec(spec: str, base_url: str | None, api_key: str | None) -> Endpoint:
+    m = SPEC.match(spec.strip())
+    if not m or not m["id"]:
+        raise ValueError(f"--model {spec!r}: expected ID or label=ID@URL")
+    return Endpoint(m["label"] or m["id"], m["id"], m["url"] or base_url, api_key or "none")
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _bootstrap(values: list[float], reps: int = 1000, seed: int = 0) -> tuple[float, float] | None:
+    if len(values) < 2:
+        return None
+    rng, n = random.Random(seed), len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(reps))
+    return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
+
+
+def summarize(label: str, metrics: list[dict], scorer: Scorer, failures: int = 0) -> dict:
+    """One table row from per-output metrics (Score.metrics: -1 means 'not scored')."""
+    def mean(key):
+        vals = [m[key] for m in metrics if m.get(key, -1) != -1]
+        return sum(vals) / len(vals) if vals else None
+
+    rewards = [m["reward"] for m in metrics]
+    key_checks = [f.__name__ for f in scorer.fns if f.key]
+    return {
+        "model": label, "n": len(metrics), "failures": failures,
+        **{d: mean(d) for d in DIMENSIONS},
+        "overall": mean("reward"), "ci95": _bootstrap(rewards),
+        "checks": {k: mean(f"check/{k}") for k in key_checks},
+    }
+
+
+def _cell(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    checks = list(rows[0]["checks"]) if rows else []
+    head = ["model", "n", "format", "procedure", "correctness", "overall", "95% CI", *checks, "failures"]
+    body = []
+    for r in rows:
+        ci = f"{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}" if r["ci95"] else "—"
+        body.append([r["model"], str(r["n"]), *(_cell(r[d]) for d in (*DIMENSIONS, "overall")), ci,
+                     *(_cell(r["checks"][c]) for c in checks), str(r["failures"])])
+    return head, body
+
+
+def print_table(skill: Skill, rows: list[dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    head, body = _rows(rows)
+    table = Table(title=title)
+    for i, h in enumerate(head):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for line in body:
+        table.add_row(*line)
+    Console().print(table)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head, body = _rows(rows)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(line) + " |" for line in body])
+
+
+def bar_chart(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = ["format", "procedure", "correctness", "overall"]
+    width = 0.8 / max(1, len(rows))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, r in enumerate(rows):
+        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=r["model"])
+    ax.set_xticks([c + width * (len(rows) - 1) / 2 for c in range(len(cols))], cols)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("mean score")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ the run
+
+
+async def _generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
+                    max_tokens: int, gate: asyncio.Semaphore) -> list[str]:
+    async with gate:
+        completion = await client.chat.completions.create(
+            model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
+            messages=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}])
+    outs = [c.message.content or "" for c in completion.choices]
+    while len(outs) < samples:  # servers that ignore `n`
+        async with gate:
+            more = await client.chat.completions.create(
+                model=ep.model, temperature=temperature, max_tokens=max_tokens,
+                messages=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}])
+        outs.append(more.choices[0].message.content or "")
+    return outs[:samples]
+
+
+async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
+                   samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
+                   timeout: float = 120.0) -> dict:
+    """Generate with every endpoint, judge each task's outputs from all models as one group."""
+    from openai import AsyncOpenAI
+
+    scorer = Scorer(skill, judge)
+    clients = {ep.label: AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout) for ep in endpoints}
+    gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
+    records, errors = [], {ep.label: [] for ep in endpoints}
+    judge_failures = 0
+
+    async def one(task: Task):
+        nonlocal judge_failures
+        outs = await asyncio.gather(*(_generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
+                                      for ep in endpoints), return_exceptions=True)
+        group, owners = [], []
+        for ep, out in zip(endpoints, outs):
+            if isinstance(out, Exception):
+                errors[ep.label].append(f"{task.id}: {type(out).__name__}: {str(out)[:160]}")
+                continue
+            group += out
+            owners += [(ep.label, i) for i in range(len(out))]
+        if not group:
+            return
+        result = await scorer.score(task, group)
+        judge_failures += result.judge_failed
+        for (label, i), text, s in zip(owners, group, result.scores):
+            records.append({"task_id": task.id, "model": label, "sample": i, "output": text,
+                            "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
+                            "reward": s.reward, "checks": dict(s.checks), "judge": s.judge, "judged": s.judged,
+                            "metrics": s.metrics(scorer.check_names)})
+
+    await asyncio.gather(*(one(t) for t in tasks))
+    for c in clients.values():
+        await c.close()
+    records.sort(key=lambda r: (r["task_id"], r["model"], r["sample"]))
+    rows = [summarize(ep.label, [r["metrics"] for r in records if r["model"] == ep.label], scorer, len(errors[ep.label]))
+            for ep in endpoints]
+    return {"rows": rows, "records": records, "errors": errors, "judge_failures": judge_failures,
+            "judged_dimensions": scorer.judged_dimensions}
+
+
+def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, split: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    mode = f"judge `{judge.model}`" if judge else "offline (`--judge none`): judged columns are empty"
+    title = f"{skill.name} on {split} tasks"
+    md = [f"## {title}", "", markdown_table(result["rows"]), "",
+          f"Scored with {mode}; procedure and correctness from the judge compare the models on the same "
+          "tasks (one judge group per task). `overall` is the weighted reward; the interval is a 95 % bootstrap "
+          "over outputs.", ""]
+    (out / "results.md").write_text("\n".join(md))
+    records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
+    payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
+               "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
+               "errors": result["errors"], "judge_failures": result["judge_failures"], "records": records}
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(payload, indent=1))
+    os.replace(tmp, out / "results.json")
+    bar_chart(result["rows"], out / "chart.png", title)
+
+
+def run(skill: Skill, args, judge: Judge | None) -> int:
+    if not args.model:
+        print("error: --eval needs at least one --model SPEC (an id at --base-url, or label=ID@URL)")
+        return 2
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    try:
+        endpoints = [parse_spec(s, base_url, api_key) for s in args.model]
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    if len({e.label for e in endpoints}) != len(endpoints):
+        print("error: two --model specs share a label; name them label=ID@URL")
+        return 2
+    tasks = list(skill.tasks) if args.split == "all" else skill.split(args.split)
+    tasks = tasks[: args.limit] if args.limit else tasks
+    if not tasks:
+        print(f"error: {skill.path / 'tasks.jsonl'} has no {args.split} tasks")
+        return 2
+    temperature = 0.0 if args.temperature is None else args.temperature
+    result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
+                                  max_tokens=args.max_tokens, concurrency=args.concurrency))
+    out = args.out or Path("results") / skill.name
+    write_results(skill, result, out, judge, args.split)
+    mode = f"judge {judge.model}" if judge else "offline: checks only"
+    print_table(skill, result["rows"], f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})")
+    for label, errs in result["errors"].items():
+        for err in errs[:3]:
+            print(f"{label}: {err}")
+        if len(errs) > 3:
+            print(f"{label}: ... {len(errs) - 3} more failures")
+    print(f"wrote {out}/results.md, results.json, chart.png")
+    failed = any(result["errors"].values()) or result["judge_failures"]
+    return 1 if failed else 0

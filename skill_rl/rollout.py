@@ -1,0 +1,57 @@
+"""One rollout: SKILL.md as the system message, the task as the user message, one completion.
+
+Scoring is not done here: the training loop scores each finished group in `after_each`, so the
+judge overlaps the other groups' rollouts.
+"""
+
+from __future__ import annotations
+
+import art
+
+from .reward import GroupResult, Scorer
+from .skills import Skill, Task
+
+STEP_KEYS = ("reward", "format", "procedure", "correctness", "judged", "judge_failed", "truncated")
+
+
+def empty_metrics(check_names: tuple[str, ...]) -> dict[str, float]:
+    """Every metric key, set up front, so every trajectory logs the same keys."""
+    return {**{k: 0.0 for k in STEP_KEYS}, **{f"check/{k}": -1.0 for k in check_names}}
+
+
+async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
+                  check_names: tuple[str, ...]) -> art.Trajectory:
+    traj = art.Trajectory(
+        messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
+        metadata={"task_id": task.id}, metrics=empty_metrics(check_names), reward=0.0,
+    )
+    completion = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(), messages=traj.messages(), temperature=temperature, max_tokens=max_tokens,
+    )
+    choice = completion.choices[0]
+    traj.messages_and_choices.append(choice)
+    traj.metrics["truncated"] = float(choice.finish_reason == "length")
+    return traj
+
+
+def output_of(traj: art.Trajectory) -> str:
+    return traj.messages()[-1].get("content") or ""
+
+
+def apply_scores(group: art.TrajectoryGroup, result: GroupResult, scorer: Scorer) -> art.TrajectoryGroup:
+    """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics)."""
+    for traj, score in zip(group.trajectories, result.scores):
+        traj.reward = score.reward
+        traj.metrics.update(score.metrics(scorer.check_names))
+        traj.metrics["judge_failed"] = float(result.judge_failed)
+        if score.judge:
+            traj.log(score.judge)
+    if result.judge_error:
+        group.trajectories[0].log(f"judge failed, scored by checks only: {result.judge_error}")
+    return group
+
+
+async def score_group(group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[str, Task]) -> art.TrajectoryGroup:
+    task = tasks[group.trajectories[0].metadata["task_id"]]
+    result = await scorer.score(task, [output_of(t) for t in group.trajectories])
+    return apply_scores(group, result, scorer)

@@ -1,0 +1,134 @@
+"""`--score FILE`: score given outputs with the same scorer training uses.
+
+FILE is JSONL. Each line: `task_id` (an id from the skill's tasks.jsonl) or `input` (raw input
+text), plus `output` (one string) or `outputs` (a list, judged together as one group). One JSON
+object per output is written as soon as its group is scored; bad lines are reported with their
+line number and the other lines are still scored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .reward import Judge, Scorer
+from .skills import Skill, Task
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    task_id: str | None = Field(None, min_length=1)
+    input: str | None = Field(None, min_length=1)
+    output: str | None = None
+    outputs: list[str] | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_of_each(self):
+        if (self.task_id is None) == (self.input is None):
+            raise ValueError("give exactly one of 'task_id' and 'input'")
+        if (self.output is None) == (self.outputs is None):
+            raise ValueError("give exactly one of 'output' and 'outputs'")
+        return self
+
+
+def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, Task, list[str], str | None]]:
+    """(line, task, outputs, task_id) for every valid line; one message per bad line in `errors`."""
+    items = []
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        errors.append(f"{path}: cannot read file: {e.strerror}")
+        return items
+    for n, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            item = Item.model_validate_json(raw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            where = f"field '{loc}': " if loc else ""
+            errors.append(f"{path}:{n}: {where}{err['msg'].removeprefix('Value error, ')}")
+            continue
+        if item.task_id is not None:
+            task = skill.task(item.task_id)
+            if task is None:
+                errors.append(f"{path}:{n}: field 'task_id' {item.task_id!r} is not in {skill.path / 'tasks.jsonl'}")
+                continue
+        else:
+            task = Task(id=f"line-{n}", input=item.input, line=n)
+        items.append((n, task, item.outputs if item.outputs is not None else [item.output], item.task_id))
+    return items
+
+
+def record(line: int, index: int, task_id: str | None, score) -> dict:
+    return {
+        "line": line, "index": index, "task_id": task_id,
+        "format": score.format, "procedure": score.procedure, "correctness": score.correctness,
+        "reward": round(score.reward, 6), "checks": dict(score.checks), "judge": score.judge, "judged": score.judged,
+    }
+
+
+async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO, concurrency: int = 8) -> dict:
+    """Score every line of `path`, writing records to `out`; return a summary."""
+    errors: list[str] = []
+    items = read_items(path, skill, errors)
+    scorer = Scorer(skill, judge)
+    gate = asyncio.Semaphore(concurrency)
+    summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
+               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
+
+    async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
+        async with gate:
+            result = await scorer.score(task, outputs)
+        summary["judge_failures"] += result.judge_failed
+        if result.judge_error:
+            errors.append(f"{path}:{line}: judge failed, scored by checks only: {result.judge_error}")
+        for i, s in enumerate(result.scores):
+            rec = record(line, i, task_id, s)
+            out.write(json.dumps(rec) + "\n")
+            summary["records"].append(rec)
+        out.flush()
+        summary["outputs"] += len(outputs)
+
+    await asyncio.gather(*(one(*item) for item in items))
+    return summary
+
+
+def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    for e in summary["errors"]:
+        console.print(e, markup=False, highlight=False)
+    recs = summary["records"]
+    mode = f"judge {judge.model}" if judge else "offline: checks only, judged dimensions are None (--judge none)"
+    table = Table(title=f"{skill.name}: {summary['outputs']} outputs scored ({mode})")
+    for col in ("", "format", "procedure", "correctness", "reward"):
+        table.add_column(col, justify="right")
+
+    def mean(key):
+        vals = [r[key] for r in recs if r[key] is not None]
+        return f"{sum(vals) / len(vals):.3f}" if vals else "—"
+
+    table.add_row("mean", mean("format"), mean("procedure"), mean("correctness"), mean("reward"))
+    console.print(table)
+    if summary["bad_lines"] or summary["judge_failures"]:
+        console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s)")
+
+
+def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None) -> int:
+    out = open(out_path, "w") if out_path else sys.stdout
+    try:
+        summary = asyncio.run(score_file(skill, path, judge, out))
+    finally:
+        if out_path:
+            out.close()
+    print_summary(skill, summary, judge)
+    return 1 if summary["bad_lines"] or summary["judge_failures"] else 0

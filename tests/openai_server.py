@@ -1,0 +1,158 @@
+"""A small OpenAI-compatible HTTP server on 127.0.0.1 for offline tests and the benchmark.
+
+It answers `POST /v1/chat/completions` for two kinds of caller:
+  - the judge (RULER's prompt, recognised by "Grading standards"): it reads the candidates out of
+    the `<trajectory id="k">` blocks, exactly as a real judge would receive them, and scores them
+    with `judge_fn(texts) -> scores`;
+  - the policy (anything else): `policy_fn(request) -> str`, where request is the JSON body.
+Faults can be queued per caller to make the next calls misbehave (see FAULTS).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "fenced", "wrong-count",
+          "out-of-range", "string-scores", "empty", "length", "refused")
+TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
+
+
+def candidates(judge_prompt: str) -> list[str]:
+    """The assistant outputs inside a RULER prompt's trajectory blocks, unescaped."""
+    out = []
+    for _, body in TRAJECTORY.findall(judge_prompt):
+        messages = json.loads(body)
+        text = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "assistant"), "")
+        out.append(html.unescape(text))
+    return out
+
+
+def by_length(texts: list[str]) -> list[float]:
+    longest = max((len(t) for t in texts), default=1) or 1
+    return [len(t) / longest for t in texts]
+
+
+class FakeOpenAI:
+    def __init__(self, policy_fn: Callable[[dict], str] | None = None,
+                 judge_fn: Callable[[list[str]], list[float]] = by_length,
+                 policy_latency: float = 0.0, judge_latency: float = 0.0, fault_sleep: float = 5.0):
+        self.policy_fn = policy_fn or (lambda request: "feat: add a thing")
+        self.judge_fn = judge_fn
+        self.policy_latency, self.judge_latency, self.fault_sleep = policy_latency, judge_latency, fault_sleep
+        self.policy_faults: deque[str] = deque()
+        self.judge_faults: deque[str] = deque()
+        self.always_fail_judge: str | None = None  # a fault to answer every judge call with
+        self.requests: list[dict] = []
+        self.judge_prompts: list[str] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def judge_calls(self) -> int:
+        return len(self.judge_prompts)
+
+    # ---------------------------------------------------------------- answers
+
+    def _completion(self, content: str | None, finish_reason: str = "stop", model: str = "fake") -> dict:
+        return {
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": None,
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+        }
+
+    def _judge_answer(self, request: dict, fault: str | None) -> tuple[int, dict | str]:
+        prompt = request["messages"][-1]["content"]
+        texts = candidates(prompt)
+        with self._lock:
+            self.judge_prompts.append(prompt)
+        scores = list(self.judge_fn(texts))
+        if fault == "wrong-count":
+            scores = scores[:-1] or [0.5, 0.5]
+        if fault == "out-of-range":
+            scores = [s * 10 - 2 for s in scores]
+        items = [{"trajectory_id": str(i), "explanation": f"candidate {i}", "score": str(s) if fault == "string-scores" else s}
+                 for i, s in enumerate(scores, 1)]
+        content = json.dumps({"scores": items})
+        if fault == "fenced":
+            content = f"```json\n{content}\n```"
+        return 200, self._completion(content, model=request.get("model", "judge"))
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def _send(self, status: int, body: dict | str, headers: dict | None = None, cut: bool = False):
+                raw = (body if isinstance(body, str) else json.dumps(body)).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(raw) + (50 if cut else 0)))
+                self.end_headers()
+                self.wfile.write(raw[: len(raw) // 2] if cut else raw)
+                if cut:
+                    self.close_connection = True
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                request = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.requests.append(request)
+                first = (request.get("messages") or [{}])[0].get("content") or ""
+                is_judge = isinstance(first, str) and "Grading standards" in first
+                queue = server.judge_faults if is_judge else server.policy_faults
+                with server._lock:
+                    fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else None)
+                time.sleep(server.judge_latency if is_judge else server.policy_latency)
+                if fault == "500":
+                    return self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
+                if fault in ("429", "429-retry-after"):
+                    headers = {"Retry-After": "0.2"} if fault == "429-retry-after" else {}
+                    return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, headers)
+                if fault == "timeout":
+                    time.sleep(server.fault_sleep)
+                if fault == "refused":
+                    self.close_connection = True
+                    return
+                if fault == "non-json":
+                    return self._send(200, "<html>bad gateway</html>")
+                if fault == "truncated":
+                    return self._send(200, server._completion("x"), cut=True)
+                if is_judge:
+                    status, body = server._judge_answer(request, fault)
+                    return self._send(status, body)
+                if fault == "empty":
+                    return self._send(200, server._completion(""))
+                text = server.policy_fn(request)
+                if fault == "length":
+                    return self._send(200, server._completion(text[: max(1, len(text) // 3)], "length"))
+                return self._send(200, server._completion(text, model=request.get("model", "policy")))
+
+        return Handler

@@ -1,0 +1,163 @@
+"""Loading and linting skills: every shipped skill passes, every malformed one fails with an exact message."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skill_rl.skills import load_skill
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p.parent.name for p in (ROOT / "skills").glob("*/SKILL.md"))
+
+GOOD_MD = """---
+name: demo
+description: Answer a question in one line.
+metadata:
+  weight-format: "0.3"
+  weight-procedure: "0.4"
+  weight-correctness: "0.3"
+---
+
+# Demo
+
+## Procedure
+
+1. Read the question.
+2. Answer it.
+
+## Output Format
+
+One line.
+"""
+GOOD_TASKS = '{"id": "a", "input": "What is 2+2?"}\n{"id": "b", "input": "Capital of France?", "split": "val"}\n'
+
+
+def make(tmp_path, md=GOOD_MD, tasks=GOOD_TASKS, name="demo", checks=None):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "SKILL.md").write_bytes(md.encode() if isinstance(md, str) else md)
+    (folder / "tasks.jsonl").write_bytes(tasks.encode() if isinstance(tasks, str) else tasks)
+    if checks:
+        (folder / "checks.py").write_text(checks)
+    return folder
+
+
+def check(tmp_path, capsys, name="demo"):
+    code = main(["--skills-dir", str(tmp_path), "--skill", name, "--check"])
+    out = capsys.readouterr()
+    return code, out.err.strip().splitlines(), out.out
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_skill_passes_check(name, capsys):
+    code = main(["--skill", name, "--check"])
+    assert code == 0, capsys.readouterr().err
+    assert "ok" in capsys.readouterr().out
+
+
+def test_valid_skill_loads_steps_weights_and_splits(tmp_path):
+    skill = load_skill(make(tmp_path))
+    assert skill.steps == ("Read the question.", "Answer it.")
+    assert skill.weights == {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
+    assert [t.id for t in skill.split("train")] == ["a"] and [t.id for t in skill.split("val")] == ["b"]
+    assert skill.body.startswith("# Demo") and "name: demo" not in skill.body
+
+
+EXPECT_CHECKS = '''
+from pydantic import BaseModel, ConfigDict
+class Expect(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    answer: int
+'''
+
+# (case, SKILL.md, tasks.jsonl, checks.py, the exact lines expected on stderr, with {d} = the skill folder)
+BAD = [
+    ("bad yaml", GOOD_MD.replace("description: Answer", "description: [Answer"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:4: frontmatter is not valid YAML: expected ',' or ']', but got ':'"]),
+    ("missing name", GOOD_MD.replace("name: demo\n", ""), GOOD_TASKS, None,
+     ["{d}/SKILL.md: field 'name' is required"]),
+    ("name not the folder", GOOD_MD.replace("name: demo", "name: other"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:2: field 'name' must equal the folder name 'demo', got 'other'"]),
+    ("key the spec does not allow", GOOD_MD.replace("metadata:", "weights: 1\nmetadata:"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:4: field 'weights' is not allowed in Agent Skills frontmatter (allowed: name, description, "
+      "license, compatibility, metadata, allowed-tools); put skill-rl settings under 'metadata'"]),
+    ("description too long", GOOD_MD.replace("Answer a question in one line.", "x" * 1025), GOOD_TASKS, None,
+     ["{d}/SKILL.md:3: field 'description': string should have at most 1024 characters, got 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."]),
+    ("no procedure", GOOD_MD.replace("## Procedure", "## Steps"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:9: section 'Procedure' is missing: add a '## Procedure' heading with a numbered list of steps"]),
+    ("empty procedure", GOOD_MD.replace("1. Read the question.\n2. Answer it.\n", "Just answer.\n"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:12: section 'Procedure' must hold an ordered list of at least 2 steps, found 0"]),
+    ("weights not summing to 1", GOOD_MD.replace('weight-format: "0.3"', 'weight-format: "0.5"'), GOOD_TASKS, None,
+     ["{d}/SKILL.md:4: field 'metadata.weight-*' must sum to 1, got 0.5 + 0.4 + 0.3 = 1.2"]),
+    ("metadata value not a string", GOOD_MD.replace('weight-format: "0.3"', "weight-format: 0.3"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:4: field 'metadata.weight-format': input should be a valid string, got 0.3"]),
+    ("invalid JSON on line 2", GOOD_MD, '{"id": "a", "input": "x"}\n{"id": "b", "input": }\n', None,
+     ["{d}/tasks.jsonl:2: invalid JSON at column 22: Expecting value"]),
+    ("missing id", GOOD_MD, '{"input": "x"}\n', None,
+     ["{d}/tasks.jsonl:1: field 'id' is required"]),
+    ("duplicate id", GOOD_MD, '{"id": "a", "input": "x"}\n\n{"id": "a", "input": "y"}\n', None,
+     ["{d}/tasks.jsonl:3: field 'id' 'a' is already used on line 1"]),
+    ("unknown field", GOOD_MD, '{"id": "a", "input": "x", "answer": "4"}\n', None,
+     ["{d}/tasks.jsonl:1: field 'answer' is not allowed"]),
+    ("bad split", GOOD_MD, '{"id": "a", "input": "x", "split": "test"}\n', None,
+     ["{d}/tasks.jsonl:1: field 'split': input should be 'train' or 'val', got 'test'"]),
+    ("empty input", GOOD_MD, '{"id": "a", "input": ""}\n', None,
+     ["{d}/tasks.jsonl:1: field 'input': string should have at least 1 character, got ''"]),
+    ("non-UTF-8 bytes", GOOD_MD, b'{"id": "a", "input": "x"}\n{"id": "b", "input": "caf\xe9"}\n', None,
+     ["{d}/tasks.jsonl:2: line is not valid UTF-8 (byte 0xe9 at column 26)"]),
+    ("expect failing the skill's schema", GOOD_MD, '{"id": "a", "input": "x", "expect": {"answer": "four"}}\n', EXPECT_CHECKS,
+     ["{d}/tasks.jsonl:1: field 'expect.answer': input should be a valid integer, unable to parse string as an integer, got 'four'"]),
+    ("expect without a schema", GOOD_MD, '{"id": "a", "input": "x", "expect": {"answer": 4}}\n', None,
+     ["{d}/tasks.jsonl:1: field 'expect' is given but this skill has no checks.py defining an Expect schema"]),
+    ("comment line", GOOD_MD, '# tasks\n{"id": "a", "input": "x"}\n', None,
+     ["{d}/tasks.jsonl:1: invalid JSON at column 1: Expecting value"]),
+    ("duplicate YAML key", GOOD_MD.replace("name: demo\n", "name: demo\nname: demo\n"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:3: field 'name' is given twice"]),
+    ("no frontmatter", GOOD_MD.split("---\n", 2)[2], GOOD_TASKS, None,
+     ["{d}/SKILL.md:1: SKILL.md must start with a '---' line opening the YAML frontmatter"]),
+]
+
+
+@pytest.mark.parametrize("case,md,tasks,checks,expected", BAD, ids=[b[0] for b in BAD])
+def test_malformed_skill_gets_exit_2_and_exact_message(tmp_path, capsys, monkeypatch, case, md, tasks, checks, expected):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path, md, tasks, checks=checks)
+    code, err, _ = check(tmp_path, capsys)
+    assert code == 2
+    assert err == [e.format(d="demo") for e in expected]
+
+
+def test_all_problems_of_a_file_are_reported_not_just_the_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tasks = '{"id": "a", "input": "x", "split": "test"}\n{"input": "y"}\nnot json\n'
+    make(tmp_path, GOOD_MD.replace('"0.3"', '"0.2"', 1), tasks)
+    code, err, _ = check(tmp_path, capsys)
+    assert code == 2
+    assert [line.split(":")[0] + ":" + line.split(":")[1] for line in err] == [
+        "demo/SKILL.md:4", "demo/tasks.jsonl:1", "demo/tasks.jsonl:2", "demo/tasks.jsonl:3"]
+
+
+def test_unknown_skill_lists_the_available_ones(tmp_path, capsys):
+    make(tmp_path)
+    code = main(["--skills-dir", str(tmp_path), "--skill", "nope", "--check"])
+    assert code == 2
+    assert "no skill named 'nope' (available: demo)" in capsys.readouterr().err
+
+
+def test_init_creates_a_skill_that_passes_check(tmp_path, capsys):
+    assert main(["--skills-dir", str(tmp_path), "--init", "release-notes"]) == 0
+    assert main(["--skills-dir", str(tmp_path), "--skill", "release-notes", "--check"]) == 0
+    assert main(["--skills-dir", str(tmp_path), "--init", "release-notes"]) == 2  # never overwrites
+
+
+def test_check_runs_as_a_process_without_importing_art_or_litellm(tmp_path):
+    probe = ("import sys, runpy; sys.argv = ['train_skill.py', '--skill', 'git-commit', '--check']\n"
+             "try:\n    runpy.run_path('train_skill.py', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+             "heavy = sorted(m for m in ('art', 'litellm', 'torch') if m in sys.modules)\n"
+             "print('HEAVY', heavy, 'CODE', code)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "HEAVY [] CODE 0" in out.stdout, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,332 @@
+"""Train a small model to follow a markdown skill, with RL (OpenPipe ART + RULER).
+
+A skill is a folder: `skills/<name>/SKILL.md` (procedure, output format, rules), `tasks.jsonl`
+(inputs, with optional expectations) and, optionally, `checks.py` (deterministic checks). Each
+training step samples `--rollouts-per-group` answers per task with SKILL.md as the system prompt,
+scores every group with the rubric (format 30 %, procedure 40 %, correctness 30 % by default:
+code checks what code can check, RULER judges the rest, relatively, within the group), and
+trains with `backend.train`. The group-relative advantage is GRPO's; unlike textbook GRPO, the
+reward is a weighted rubric whose judged part is itself relative (RULER ranks the group at once).
+
+    python train_skill.py --skill git-commit                    # train (GPU, W&B serverless or Tinker)
+    python train_skill.py --skill git-commit --check            # lint the skill and its tasks
+    python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
+    python train_skill.py --skill git-commit --eval --model gpt-4.1-mini --model local=qwen@http://127.0.0.1:8000/v1
+    python train_skill.py --list | --init NAME
+
+Re-running the same command resumes the run (same --run-name); Ctrl-C stops after the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+from skill_rl.skills import SkillError, find_skill, load_skill
+
+HERE = Path(__file__).resolve().parent
+NO_BACKEND = """no way to train was found on this machine. Pick one:
+  - a CUDA GPU:      pip install -e ".[backend]"   then  --backend local
+  - W&B Serverless:  set WANDB_API_KEY (in the environment or .env)   then  --backend serverless
+  - Tinker:          pip install "openpipe-art[tinker]==0.5.23" and set TINKER_API_KEY   then  --backend tinker
+Without any of them you can still lint a skill (--check), score outputs (--score) and compare
+models on held-out tasks (--eval): none of these needs a GPU."""
+SERVERLESS_MODELS = ("OpenPipe/Qwen3-14B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507")  # W&B docs, 2026-11
+
+
+class Exit(Exception):
+    """A clean, one-message exit with a status code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = p.add_argument_group("skill")
+    s.add_argument("--skill", help="skill folder name under --skills-dir")
+    s.add_argument("--skills-dir", type=Path, default=HERE / "skills", help="where skills live (default: skills/ beside this script)")
+    s.add_argument("--list", action="store_true", help="list the skills with their descriptions")
+    s.add_argument("--init", metavar="NAME", help="start a new skill NAME from the template")
+    s.add_argument("--check", action="store_true", help="validate SKILL.md and tasks.jsonl, print a summary")
+    s.add_argument("--score", type=Path, metavar="FILE", help="score the outputs in a JSONL file")
+    s.add_argument("--eval", action="store_true", help="compare --model endpoints on the skill's held-out tasks")
+    s.add_argument("--out", type=Path, help="--score: JSONL file (default stdout); --eval: output folder")
+
+    j = p.add_argument_group("judge (RULER)")
+    j.add_argument("--judge", choices=("ruler", "none"), default="ruler", help="'none' scores offline: checks only")
+    j.add_argument("--judge-model", default=None, help="LiteLLM model id (default openai/gpt-4.1-mini; with --judge-base-url, openai/<served name>)")
+    j.add_argument("--judge-base-url", default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
+    j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
+    j.add_argument("--judge-attempts", type=int, default=3, help="tries per judge call before the group is scored by checks only")
+    j.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per judge try")
+
+    e = p.add_argument_group("evaluation (--eval)")
+    e.add_argument("--model", action="append", default=[], metavar="SPEC", help="model id at --base-url, or label=ID@URL; repeatable")
+    e.add_argument("--base-url", default=None, help="default endpoint for --model (env OPENAI_BASE_URL)")
+    e.add_argument("--api-key", default=None, help="key for --base-url (env OPENAI_API_KEY)")
+    e.add_argument("--split", choices=("train", "val", "all"), default="val", help="tasks to evaluate on (default val)")
+    e.add_argument("--limit", type=int, default=None, help="evaluate on the first N tasks only")
+    e.add_argument("--samples", type=int, default=1, help="outputs per model per task (default 1)")
+    e.add_argument("--concurrency", type=int, default=8, help="requests in flight per model (default 8)")
+
+    t = p.add_argument_group("training")
+    t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | MODULE:CLASS (default auto)")
+    t.add_argument("--base-model", default="Qwen/Qwen2.5-3B-Instruct", help="model to train (default Qwen/Qwen2.5-3B-Instruct)")
+    t.add_argument("--steps", type=int, default=50, help="training steps in all, counting resumed ones (default 50)")
+    t.add_argument("--groups-per-step", type=int, default=8, help="tasks per step (default 8)")
+    t.add_argument("--rollouts-per-group", type=int, default=8, help="answers per task; RULER ranks them together (default 8)")
+    t.add_argument("--learning-rate", type=float, default=1e-5, help="default 1e-5")
+    t.add_argument("--eval-every", type=int, default=10, help="validate every N steps, and at the end (default 10)")
+    t.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
+    t.add_argument("--max-tokens", type=int, default=1024, help="completion length limit (default 1024)")
+    t.add_argument("--max-exceptions", type=float, default=0.1, help="fraction of rollouts that may fail per step (default 0.1)")
+    t.add_argument("--run-name", default=None, help="run to create or resume (default <skill>-<base model>)")
+    t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
+    t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
+    return p.parse_args(argv)
+
+
+def make_judge(args):
+    """The judge from flags and environment (the one place secrets and endpoints are read)."""
+    from skill_rl.reward import DEFAULT_JUDGE, Judge
+
+    if args.judge == "none":
+        return None
+    base_url = args.judge_base_url or os.environ.get("JUDGE_BASE_URL")
+    model = args.judge_model or (f"openai/{os.environ.get('JUDGE_MODEL', 'judge')}" if base_url else DEFAULT_JUDGE)
+    key = args.judge_api_key or os.environ.get("JUDGE_API_KEY")
+    if model.startswith("openai/") and not base_url:
+        key = key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise Exit(2, f"judge {model} needs OPENAI_API_KEY (or JUDGE_API_KEY) in the environment or .env; "
+                          "or point --judge-base-url at a local judge; or pass --judge none to score offline")
+    return Judge(model=model, base_url=base_url, api_key=key, attempts=args.judge_attempts, timeout=args.judge_timeout)
+
+
+# ------------------------------------------------------------------ backends
+
+
+def pick_backend(spec: str) -> str:
+    if spec != "auto":
+        return spec
+    import importlib.util
+    import shutil
+
+    gpu = Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi")
+    if gpu and importlib.util.find_spec("torch") and importlib.util.find_spec("unsloth"):
+        return "local"
+    if os.environ.get("WANDB_API_KEY"):
+        return "serverless"
+    raise Exit(2, NO_BACKEND)
+
+
+def make_backend(kind: str, base_model: str):
+    import importlib
+
+    if kind == "local":
+        try:
+            from art.local import LocalBackend
+        except ImportError as e:
+            raise Exit(2, f"--backend local needs a CUDA GPU and the backend extra: pip install -e \".[backend]\" ({e})")
+        return LocalBackend()
+    if kind == "serverless":
+        if not os.environ.get("WANDB_API_KEY"):
+            raise Exit(2, "--backend serverless needs WANDB_API_KEY in the environment or .env")
+        if base_model not in SERVERLESS_MODELS:
+            print(f"warning: W&B Serverless listed only {', '.join(SERVERLESS_MODELS)} as trainable base models; "
+                  f"{base_model} may be refused (pass --base-model)", file=sys.stderr)
+        import art
+
+        return art.ServerlessBackend()
+    if kind == "tinker":
+        if not os.environ.get("TINKER_API_KEY"):
+            raise Exit(2, "--backend tinker needs TINKER_API_KEY in the environment or .env")
+        try:
+            from art.tinker import TinkerBackend
+        except ImportError as e:
+            raise Exit(2, f"--backend tinker needs the extra: pip install \"openpipe-art[tinker]==0.5.23\" ({e})")
+        return TinkerBackend()
+    module, _, cls = kind.partition(":")
+    if not cls:
+        raise Exit(2, f"--backend must be auto, local, serverless, tinker or MODULE:CLASS, got {kind!r}")
+    try:
+        return getattr(importlib.import_module(module), cls)()
+    except (ImportError, AttributeError) as e:
+        raise Exit(2, f"--backend {kind}: cannot load it: {e}")
+
+
+# ------------------------------------------------------------------ training
+
+
+def step_means(groups) -> dict[str, float]:
+    """Mean of each per-trajectory metric over a step, skipping -1 ('not scored')."""
+    sums, counts = {}, {}
+    for g in groups:
+        for t in g.trajectories:
+            for k, v in {"reward": t.reward, **t.metrics}.items():
+                if v is not None and v != -1:
+                    sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+def fmt(x: float | None) -> str:
+    return "  —  " if x is None else f"{x:.3f}"
+
+
+async def train(args, skill, judge) -> int:
+    kind = args.backend
+    import art
+    from art.utils.iterate_dataset import iterate_dataset
+
+    from skill_rl.evaluate import print_table, summarize
+    from skill_rl.reward import Scorer
+    from skill_rl.rollout import rollout, score_group
+
+    train_tasks, val_tasks = skill.split("train"), skill.split("val")
+    if not train_tasks:
+        raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
+    random.Random(args.seed).shuffle(train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
+    tasks = {t.id: t for t in skill.tasks}
+    scorer = Scorer(skill, judge)
+    temperature = 1.0 if args.temperature is None else args.temperature
+
+    backend = make_backend(kind, args.base_model)
+    model = art.TrainableModel(name=f"skill-{skill.name}", run_name=args.run_name, project=args.project, base_model=args.base_model)
+    await model.register(backend)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: (
+        stop.set(), print("\nCtrl-C: stopping after this step (press again to abort)", file=sys.stderr),
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)))
+
+    def group_of(task, n):
+        return art.TrajectoryGroup(
+            rollout(model, skill, task, temperature=temperature, max_tokens=args.max_tokens, check_names=scorer.check_names)
+            for _ in range(n))
+
+    async def gather(batch_tasks, desc):
+        stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0}
+
+        async def after_each(group):
+            stats["rollout_errors"] += len(group.exceptions)
+            if len(group.trajectories) < 2:  # nothing to compare within the group
+                stats["dropped"] += 1
+                return None
+            group = await score_group(group, scorer, tasks)
+            stats["judge_failures"] += int(group.trajectories[0].metrics["judge_failed"])
+            stats["no_variance"] += len({round(t.reward, 6) for t in group.trajectories}) == 1
+            return group
+
+        groups = await art.gather_trajectory_groups(
+            (group_of(t, args.rollouts_per_group) for t in batch_tasks),
+            pbar_desc=desc, max_exceptions=args.max_exceptions, after_each=after_each)
+        stats["dropped"] += len(batch_tasks) - len(groups) - stats["dropped"]
+        return groups, stats
+
+    async def validate(step: int) -> float | None:
+        if not val_tasks:
+            return None
+        groups, stats = await gather(val_tasks, f"val @ {step}")
+        await model.log(groups, metrics={f"val_{k}": float(v) for k, v in stats.items()}, step=step, split="val")
+        scores = [t for g in groups for t in g.trajectories]
+        mean = sum(t.reward for t in scores) / len(scores) if scores else None
+        print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}")
+        val_results.append((step, groups))
+        return mean
+
+    val_results: list = []
+    step = await model.get_step()
+    print(f"run {args.project}/{args.run_name}: starting at step {step} of {args.steps} on backend {kind}", flush=True)
+    epochs = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks)))
+    try:
+        for batch in iterate_dataset(train_tasks, args.groups_per_step, epochs, initial_step=step, use_tqdm=False):
+            if step >= args.steps or stop.is_set():
+                break
+            start = time.perf_counter()
+            groups, stats = await gather(batch.items, f"step {step + 1}")
+            if not groups:
+                print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
+                continue
+            result = await backend.train(model, groups, learning_rate=args.learning_rate)
+            step = result.step
+            m = step_means(groups)
+            await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}}, step=step, split="train")
+            print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
+                  f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | dropped {stats['dropped']} "
+                  f"| no variance {stats['no_variance']} | {time.perf_counter() - start:.1f} s", flush=True)
+            if step % args.eval_every == 0 and step < args.steps:
+                await validate(step)
+        if not val_results or val_results[-1][0] != step:
+            await validate(step)
+    finally:
+        await backend.close()
+
+    if val_results:
+        last_step, groups = val_results[-1]
+        rows = [summarize(f"{model.name}@{last_step}", [(t.metadata["task_id"], t.reward, t.metrics) for g in groups for t in g.trajectories], scorer)]
+        print_table(skill, rows, title=f"{skill.name}: validation of the trained model (step {last_step})")
+    try:
+        await model.delete_checkpoints(best_checkpoint_metric="val/reward")
+    except Exception as e:  # no history yet, or a backend without checkpoints
+        print(f"note: kept all checkpoints ({type(e).__name__}: {e})", file=sys.stderr)
+    where = Path(model._get_output_dir())
+    print(f"\nrun state, history and checkpoints: {where}")
+    if kind == "local":
+        print(f"serve it: vllm serve {args.base_model} --enable-lora --lora-modules {model.name}={where}/checkpoints/<step>")
+    print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
+    return 0
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from dotenv import load_dotenv
+
+    load_dotenv()
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
+    from skill_rl import cli
+
+    try:
+        if args.list:
+            return cli.list_skills(args.skills_dir)
+        if args.init:
+            return cli.init_skill(args.skills_dir, args.init)
+        if not args.skill:
+            raise Exit(2, "pass --skill NAME (see --list), or --list / --init NAME")
+        folder = find_skill(args.skills_dir, args.skill)
+        skill = load_skill(folder)
+        if args.check:
+            return cli.print_check(skill)
+        if args.score:
+            from skill_rl import score
+
+            return score.run(skill, args.score, make_judge(args), args.out)
+        if args.eval:
+            from skill_rl import evaluate
+
+            return evaluate.run(skill, args, make_judge(args))
+        args.backend = pick_backend(args.backend)  # no GPU and no keys: guidance, before anything heavy
+        judge = make_judge(args)
+        args.run_name = args.run_name or f"{skill.name}-{args.base_model.split('/')[-1].lower()}"
+        cli.print_config(args, judge)
+        return asyncio.run(train(args, skill, judge))
+    except SkillError as e:
+        print("\n".join(e.problems), file=sys.stderr)
+        return 2
+    except Exit as e:
+        print(f"error: {e}" if e.code else str(e), file=sys.stderr)
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
