@@ -168,13 +168,12 @@ def make_backend(kind: str, base_model: str):
 
 
 def step_means(groups) -> dict[str, float]:
-    """Mean of each per-trajectory metric over a step, skipping -1 ('not scored')."""
+    """Mean of each per-trajectory metric over a step, over the trajectories that have it."""
     sums, counts = {}, {}
     for g in groups:
         for t in g.trajectories:
             for k, v in {"reward": t.reward, **t.metrics}.items():
-                if v is not None and v != -1:
-                    sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
+                sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
     return {k: sums[k] / counts[k] for k in sums}
 
 
@@ -209,7 +208,7 @@ async def train(args, skill, judge) -> int:
 
     def group_of(task, n):
         return art.TrajectoryGroup(
-            rollout(model, skill, task, temperature=temperature, max_tokens=args.max_tokens, check_names=scorer.check_names)
+            rollout(model, skill, task, temperature=temperature, max_tokens=args.max_tokens)
             for _ in range(n))
 
     async def gather(batch_tasks, desc):
@@ -227,7 +226,8 @@ async def train(args, skill, judge) -> int:
 
         groups = await art.gather_trajectory_groups(
             (group_of(t, args.rollouts_per_group) for t in batch_tasks),
-            pbar_desc=desc, max_exceptions=args.max_exceptions, after_each=after_each)
+            pbar_desc=desc, max_exceptions=args.max_exceptions, after_each=after_each,
+            max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
         stats["dropped"] += len(batch_tasks) - len(groups) - stats["dropped"]
         return groups, stats
 
@@ -271,7 +271,7 @@ async def train(args, skill, judge) -> int:
 
     if val_results:
         last_step, groups = val_results[-1]
-        rows = [summarize(f"{model.name}@{last_step}", [(t.metadata["task_id"], t.reward, t.metrics) for g in groups for t in g.trajectories], scorer)]
+        rows = [summarize(f"{model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], scorer)]
         print_table(skill, rows, title=f"{skill.name}: validation of the trained model (step {last_step})")
     try:
         await model.delete_checkpoints(best_checkpoint_metric="val/reward")

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .skills import DIMENSIONS, NAME_RE, Skill, SkillError, list_skills as skill_folders, load_skill
+from .skills import DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill
 
 TEMPLATE = Path(__file__).parent / "template"
 
@@ -64,7 +64,7 @@ def print_check(skill: Skill) -> int:
         table.add_row(split, str(len(tasks)), str(sum(t.expect is not None for t in tasks)),
                       str(sum(t.reference is not None for t in tasks)))
     console.print(table)
-    console.print(f"[green]ok[/green]: {skill.path / 'SKILL.md'} and {len(skill.tasks)} tasks are valid")
+    console.print(f"[green]ok[/green]: {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid")
     return 0
 
 

@@ -49,9 +49,9 @@ def _bootstrap(values: list[float], reps: int = 1000, seed: int = 0) -> tuple[fl
 
 
 def summarize(label: str, metrics: list[dict], scorer: Scorer, failures: int = 0) -> dict:
-    """One table row from per-output metrics (Score.metrics: -1 means 'not scored')."""
+    """One table row from per-output metrics (Score.metrics: a missing key means 'not scored')."""
     def mean(key):
-        vals = [m[key] for m in metrics if m.get(key, -1) != -1]
+        vals = [m[key] for m in metrics if key in m]
         return sum(vals) / len(vals) if vals else None
 
     rewards = [m["reward"] for m in metrics]
@@ -169,7 +169,7 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
             records.append({"task_id": task.id, "model": label, "sample": i, "output": text,
                             "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
                             "reward": s.reward, "checks": dict(s.checks), "judge": s.judge, "judged": s.judged,
-                            "metrics": s.metrics(scorer.check_names)})
+                            "metrics": s.metrics()})
 
     await asyncio.gather(*(one(t) for t in tasks))
     for c in clients.values():

@@ -11,19 +11,14 @@ import art
 from .reward import GroupResult, Scorer
 from .skills import Skill, Task
 
-STEP_KEYS = ("reward", "format", "procedure", "correctness", "judged", "judge_failed", "truncated")
+# Set up front on every trajectory; dimensions and checks are added when scored (see Score.metrics).
+STEP_KEYS = ("judged", "judge_failed", "truncated")
 
 
-def empty_metrics(check_names: tuple[str, ...]) -> dict[str, float]:
-    """Every metric key, set up front, so every trajectory logs the same keys."""
-    return {**{k: 0.0 for k in STEP_KEYS}, **{f"check/{k}": -1.0 for k in check_names}}
-
-
-async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
-                  check_names: tuple[str, ...]) -> art.Trajectory:
+async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int) -> art.Trajectory:
     traj = art.Trajectory(
         messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
-        metadata={"task_id": task.id}, metrics=empty_metrics(check_names), reward=0.0,
+        metadata={"task_id": task.id}, metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0,
     )
     completion = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(), messages=traj.messages(), temperature=temperature, max_tokens=max_tokens,
@@ -38,11 +33,11 @@ def output_of(traj: art.Trajectory) -> str:
     return traj.messages()[-1].get("content") or ""
 
 
-def apply_scores(group: art.TrajectoryGroup, result: GroupResult, scorer: Scorer) -> art.TrajectoryGroup:
+def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.TrajectoryGroup:
     """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics)."""
     for traj, score in zip(group.trajectories, result.scores):
         traj.reward = score.reward
-        traj.metrics.update(score.metrics(scorer.check_names))
+        traj.metrics.update(score.metrics())
         traj.metrics["judge_failed"] = float(result.judge_failed)
         if score.judge:
             traj.log(score.judge)
@@ -54,4 +49,4 @@ def apply_scores(group: art.TrajectoryGroup, result: GroupResult, scorer: Scorer
 async def score_group(group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[str, Task]) -> art.TrajectoryGroup:
     task = tasks[group.trajectories[0].metadata["task_id"]]
     result = await scorer.score(task, [output_of(t) for t in group.trajectories])
-    return apply_scores(group, result, scorer)
+    return apply_scores(group, result)

@@ -60,15 +60,12 @@ class Score:
     judge: str | None = None  # the judge's explanation(s), None when not judged
     judged: bool = False  # False: offline / deterministic-only score
 
-    def metrics(self, keys: tuple[str, ...]) -> dict[str, float]:
-        """Every key set, every time: NaN-free floats, -1 meaning 'not scored'."""
+    def metrics(self) -> dict[str, float]:
+        """Trajectory metrics. A dimension or check that was not scored is left out, so ART's
+        per-key means (and ours) are taken over the outputs where it applies."""
         out = {"reward": self.reward, "judged": float(self.judged)}
-        for d in DIMENSIONS:
-            v = getattr(self, d)
-            out[d] = -1.0 if v is None else v
-        for k in keys:
-            v = self.checks.get(k)
-            out[f"check/{k}"] = -1.0 if v is None else float(v)
+        out.update({d: getattr(self, d) for d in DIMENSIONS if getattr(self, d) is not None})
+        out.update({f"check/{k}": float(v) for k, v in self.checks.items() if v is not None})
         return out
 
 
