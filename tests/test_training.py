@@ -1,0 +1,103 @@
+"""The whole training loop, offline: real ART objects, a real local HTTP server for the policy and the
+judge, and the CPU stand-in backend (skill_rl.dryrun) passed as --backend MODULE:CLASS."""
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openai_server import FakeOpenAI
+from skill_rl.skills import load_skill
+
+ROOT = Path(__file__).resolve().parent.parent
+DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
+ANSWERS = ["fix: raise the limit", "Fixed the limit.", "feat(app): change the limit",
+           "fix(app): raise the limit\n\nThe old limit dropped requests."]
+
+
+@pytest.fixture(scope="module")
+def policy_server():
+    counter = itertools.count()
+    with FakeOpenAI(policy_fn=lambda request: ANSWERS[next(counter) % len(ANSWERS)]) as s:
+        yield s
+
+
+@pytest.fixture
+def skills_dir(tmp_path):
+    folder = tmp_path / "skills" / "git-commit"
+    folder.mkdir(parents=True)
+    for name in ("SKILL.md", "checks.py"):
+        shutil.copy(ROOT / "skills/git-commit" / name, folder / name)
+    with open(folder / "tasks.jsonl", "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"id": f"t{i}", "input": DIFF.format(n=i + 2), "split": "val" if i >= 6 else "train",
+                                "expect": {"type": "fix", "breaking": False}}) + "\n")
+    return tmp_path / "skills"
+
+
+def train(tmp_path, skills_dir, server, *extra, backend="skill_rl.dryrun:DryRunBackend", env=None):
+    cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills_dir), "--skill", "git-commit",
+           "--backend", backend, "--judge-base-url", server.url, "--judge-api-key", "sk-test-planted-key",
+           "--judge-timeout", "2", "--groups-per-step", "2", "--rollouts-per-group", "3", "--eval-every", "2", *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url, **(env or {})}
+    env.pop("WANDB_API_KEY", None)
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+
+
+def steps_recorded(tmp_path):
+    log = next((tmp_path / ".art").rglob("dryrun.jsonl"))
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server):
+    run = train(tmp_path, skills_dir, policy_server, "--steps", "2")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "starting at step 0 of 2" in run.stdout
+    steps = steps_recorded(tmp_path)
+    assert [s["step"] for s in steps] == [1, 2]
+    skill = load_skill(skills_dir / "git-commit")
+    for s in steps:
+        assert s["groups"] == 2 and s["rollouts"] == [3, 3]
+        assert all(0.0 <= r <= 1.0 for r in s["rewards"]) and len(set(s["rewards"])) > 1
+        assert s["system"] == [skill.body]
+    history = [json.loads(line) for line in next((tmp_path / ".art").rglob("history.jsonl")).read_text().splitlines()]
+    train_rows = [h for h in history if "train/reward" in h]
+    assert all(f"train/{d}" in h for h in train_rows for d in ("format", "procedure", "correctness"))
+    assert any("val/reward" in h for h in history)
+    assert "step    1 | reward" in run.stdout and "val     2 | reward" in run.stdout
+    assert "sk-test-planted-key" not in run.stdout + run.stderr
+
+    again = train(tmp_path, skills_dir, policy_server, "--steps", "3")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "starting at step 2 of 3" in again.stdout
+    assert [s["step"] for s in steps_recorded(tmp_path)] == [1, 2, 3]
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert train(fresh, skills_dir, policy_server, "--steps", "3").returncode == 0
+    assert [s["task_ids"] for s in steps_recorded(fresh)] == [s["task_ids"] for s in steps_recorded(tmp_path)]
+
+
+def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path, skills_dir, policy_server):
+    policy_server.always_fail_judge = "500"
+    try:
+        run = train(tmp_path, skills_dir, policy_server, "--steps", "1", "--judge-attempts", "2")
+    finally:
+        policy_server.always_fail_judge = None
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "judge failures 2 |" in run.stdout
+    assert all(0.0 <= r <= 1.0 for r in steps_recorded(tmp_path)[0]["rewards"])
+
+
+def test_auto_backend_without_gpu_or_keys_exits_2_with_guidance(tmp_path, skills_dir, policy_server):
+    run = train(tmp_path, skills_dir, policy_server, "--steps", "1", backend="auto",
+                env={"PATH": "/usr/bin:/bin", "TINKER_API_KEY": ""})
+    assert run.returncode == 2
+    for way in ("--backend local", "WANDB_API_KEY", "TINKER_API_KEY", "--check", "--score", "--eval"):
+        assert way in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / ".art").exists()
