@@ -1,0 +1,101 @@
+"""`--score` and `--eval` end to end: real files, real HTTP to local OpenAI-compatible servers."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openai_server import FakeOpenAI
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = 2\n"
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_score_offline_writes_one_record_per_output_and_reports_bad_lines(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "in.jsonl", [
+        {"input": DIFF, "outputs": ["fix: raise the limit", "Raised it."]},
+        "{not json",
+        {"input": DIFF, "output": "feat!: raise the limit"},
+        {"task_id": "no-such-task", "output": "fix: x"},
+        {"input": DIFF},
+    ])
+    code = main(["--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(tmp_path / "out.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 1  # bad lines make the exit code say so; the good ones are still scored
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted((r["line"], r["index"]) for r in records) == [(1, 0), (1, 1), (3, 0)]
+    by_pos = {(r["line"], r["index"]): r for r in records}
+    assert set(by_pos[(1, 0)]) == {"line", "index", "task_id", "format", "procedure", "correctness", "reward",
+                                   "checks", "judge", "judged"}
+    assert by_pos[(1, 0)]["checks"]["conventional"] is True and by_pos[(1, 1)]["format"] == 0.0
+    assert by_pos[(1, 0)]["procedure"] is None and by_pos[(1, 0)]["judge"] is None  # offline: not judged
+    assert by_pos[(1, 0)]["reward"] > by_pos[(1, 1)]["reward"]
+    assert f"{src}:2: " in err and f"{src}:4: field 'task_id' 'no-such-task'" in err
+    assert f"{src}:5: give exactly one of 'output' and 'outputs'" in err
+    assert "offline" in err
+
+
+def test_score_with_a_judge_behind_base_url_fills_judged_dimensions(tmp_path, capsys, server):
+    src = write_jsonl(tmp_path / "in.jsonl", [{"input": DIFF, "outputs": ["fix: raise the limit", "fix: raise it"]}])
+    code = main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url,
+                 "--judge-api-key", "sk-planted", "--out", str(tmp_path / "out.jsonl")])
+    assert code == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert all(r["judged"] and r["procedure"] is not None and r["judge"] for r in records)
+    assert server.judge_calls == 2
+    assert "sk-planted" not in (tmp_path / "out.jsonl").read_text() + capsys.readouterr().err
+
+
+GOOD = {"git-commit": "fix(app): raise the limit to 2\n\nThe old limit dropped valid requests.",
+        "code-review": "## Summary\nRaises the limit.\n\n## Findings\nNone.\n\n## Verdict\napprove"}
+
+
+def quality_judge(texts):
+    """A judge that prefers longer, multi-line answers: enough to tell the two fake models apart."""
+    return [min(1.0, 0.2 + len(t) / 200 + 0.3 * ("\n" in t)) for t in texts]
+
+
+@pytest.fixture
+def two_models():
+    good = FakeOpenAI(policy_fn=lambda r: GOOD["code-review" if "review" in r["messages"][0]["content"][:200].lower() else "git-commit"],
+                      judge_fn=quality_judge)
+    bad = FakeOpenAI(policy_fn=lambda r: "I changed some code.")
+    with good, bad:
+        yield good, bad
+
+
+def test_eval_ranks_the_better_model_first_and_writes_every_file(tmp_path, capsys, two_models):
+    good, bad = two_models
+    out = tmp_path / "eval"
+    code = main(["--skill", "git-commit", "--eval", "--model", f"good=m1@{good.url}", "--model", f"bad=m2@{bad.url}",
+                 "--judge-base-url", good.url, "--judge-api-key", "k", "--limit", "4", "--out", str(out)])
+    assert code == 0, capsys.readouterr()
+    result = json.loads((out / "results.json").read_text())
+    rows = {r["model"]: r for r in result["models"]}
+    for col in ("format", "procedure", "correctness", "overall"):
+        assert rows["good"][col] > rows["bad"][col], col
+    assert rows["good"]["checks"]["conventional"] == 1.0 and rows["bad"]["checks"]["conventional"] == 0.0
+    assert rows["good"]["n"] == 4 and len(rows["good"]["ci95"]) == 2
+    assert good.judge_calls == 4 * 2  # one group per task holds both models: one call per judged dimension
+    assert {"task_id", "model", "sample", "output", "format", "procedure", "correctness", "reward", "checks",
+            "judge"} <= set(result["records"][0])
+    assert "| good |" in (out / "results.md").read_text()
+    assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_keeps_the_other_models_when_one_endpoint_is_down(tmp_path, capsys, two_models):
+    good, _ = two_models
+    out = tmp_path / "eval"
+    code = main(["--skill", "git-commit", "--eval", "--model", f"good=m1@{good.url}",
+                 "--model", "down=m3@http://127.0.0.1:9/v1", "--judge", "none", "--limit", "3", "--out", str(out)])
+    assert code == 1
+    rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())["models"]}
+    assert rows["good"]["n"] == 3 and rows["good"]["format"] == 1.0
+    assert rows["down"]["n"] == 0 and rows["down"]["failures"] == 3
+    assert "down: " in capsys.readouterr().out
