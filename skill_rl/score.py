@@ -104,9 +104,9 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=True)
     for e in summary["errors"]:
-        console.print(e, markup=False, highlight=False)
+        print(e, file=sys.stderr)  # one line each, never wrapped
+    console = Console(stderr=True)
     recs = summary["records"]
     mode = f"judge {judge.model}" if judge else "offline: checks only, judged dimensions are None (--judge none)"
     table = Table(title=f"{skill.name}: {summary['outputs']} outputs scored ({mode})")
