@@ -129,6 +129,20 @@ def imperative(output: str, task) -> bool | None:
     return not (word.endswith(("es", "ds", "ts", "ns", "rs", "ls", "ps", "ks", "gs", "ms", "ws")) and len(word) > 3)
 
 
+VAGUE = frozenset("update updates updated fix fixes fixed change changes changed code stuff things misc minor wip "
+                  "various improvements improve tweak tweaks cleanup some bug bugs issue issues it work small".split())
+
+
+@check("format")
+def specific_subject(output: str, task) -> bool | None:
+    """The subject says what changed: at least two words, not only vague ones ("update code", "fix bug")."""
+    subject = parse(output).subject
+    if not subject:
+        return None
+    words = re.findall(r"[\w.-]+", subject.lower())
+    return len(words) >= 2 and not all(w in VAGUE for w in words)
+
+
 @check("format")
 def blank_line_after_header(output: str, task) -> bool | None:
     """A body or footer is separated from the header by one blank line."""
