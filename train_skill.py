@@ -261,7 +261,7 @@ async def train(args, skill, judge) -> int:
             await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}}, step=step, split="train")
             print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
                   f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | dropped {stats['dropped']} "
-                  f"| no variance {stats['no_variance']} | {time.perf_counter() - start:.1f} s", flush=True)
+                  f"| no variance {stats['no_variance']} | {time.perf_counter() - start:.2f} s", flush=True)
             if step % args.eval_every == 0 and step < args.steps:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:

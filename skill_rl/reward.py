@@ -138,7 +138,10 @@ def _retry_after(error: Exception) -> float | None:
 async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outputs: list[str], dimension: str):
     """One RULER call for one dimension, retried; returns [(score, explanation)] in output order."""
     import art
+    import litellm
     from art.rewards import ruler_score_group
+
+    litellm.suppress_debug_info = True  # failures are retried and counted here, not banner-printed
 
     group = art.TrajectoryGroup(
         art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
@@ -186,7 +189,7 @@ class Scorer:
         self.skill, self.judge = skill, judge
         self.fns = skill_checks(skill)
         self.check_names = tuple(f.__name__ for f in self.fns)
-        self._params = None
+        self._params, self._params_loop = None, None
 
     @property
     def judged_dimensions(self) -> tuple[str, ...]:
@@ -205,8 +208,9 @@ class Scorer:
         if not dims or not outputs:
             out.seconds = time.perf_counter() - start
             return out
-        if self._params is None:
-            self._params = _litellm_params(self.judge)
+        loop = asyncio.get_running_loop()
+        if self._params_loop is not loop:  # the judge's HTTP client belongs to one event loop
+            self._params, self._params_loop = _litellm_params(self.judge), loop
         out.judge_calls = len(dims)
         per_dim = await asyncio.gather(
             *(_ruler(self.judge, self._params, self.skill, task.input, outputs, d) for d in dims), return_exceptions=True)

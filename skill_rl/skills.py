@@ -345,26 +345,27 @@ def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list
 
 def load_tasks(path: Path, expect_model, problems: list[str]) -> list[Task]:
     try:
-        data = path.read_bytes()
+        f = path.open("rb")
     except OSError as e:
         problems.append(_problem(path, None, f"cannot read file: {e.strerror}"))
         return []
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
     tasks: list[Task] = []
     seen: dict[str, int] = {}
-    for n, raw in enumerate(data.split(b"\n"), start=1):
-        raw = raw.rstrip(b"\r")
-        if not raw.strip():
-            continue
-        task = parse_task_line(path, n, raw, expect_model, problems)
-        if task is None:
-            continue
-        if task.id in seen:
-            problems.append(_problem(path, n, f"field 'id' {task.id!r} is already used on line {seen[task.id]}"))
-            continue
-        seen[task.id] = n
-        tasks.append(task)
+    with f:  # line by line: a 100,000-task file never sits in memory twice
+        for n, raw in enumerate(f, start=1):
+            raw = raw.rstrip(b"\r\n")
+            if n == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM, as some editors write
+            if not raw.strip():
+                continue
+            task = parse_task_line(path, n, raw, expect_model, problems)
+            if task is None:
+                continue
+            if task.id in seen:
+                problems.append(_problem(path, n, f"field 'id' {task.id!r} is already used on line {seen[task.id]}"))
+                continue
+            seen[task.id] = n
+            tasks.append(task)
     if not tasks and not any(p.startswith(display(path)) for p in problems):
         problems.append(_problem(path, None, "no tasks: add one JSON object per line"))
     return tasks

@@ -39,6 +39,14 @@ def by_length(texts: list[str]) -> list[float]:
     return [len(t) / longest for t in texts]
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # a training step opens 100+ connections at once
+
+    def handle_error(self, request, client_address):
+        pass  # a client that hung up (timeouts under test) is not the server's error
+
+
 class FakeOpenAI:
     def __init__(self, policy_fn: Callable[[dict], str] | None = None,
                  judge_fn: Callable[[list[str]], list[float]] = by_length,
@@ -52,8 +60,7 @@ class FakeOpenAI:
         self.requests: list[dict] = []
         self.judge_prompts: list[str] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

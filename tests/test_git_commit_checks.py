@@ -40,6 +40,7 @@ COMMITLINT = [
     ("feat: add dark mode toggle!", [], "other punctuation is not a full stop"),
     ("feat: " + "a" * 94, [], "header of exactly 100 characters"),
     ("feat: " + "a" * 95, ["header-max-length"], "header of 101 characters"),
+    ("feat: " + "a" * 92 + "\U0001F600\U0001F600", ["header-max-length"], "100 code points but 102 UTF-16 units, as JavaScript counts"),
     (" feat: add dark mode toggle", ["type-empty", "subject-empty", "header-trim"], "leading space: no type, and untrimmed"),
     ("feat: add dark mode toggle  ", ["header-trim"], "trailing whitespace in the header"),
     ("fix: handle empty input\n\n" + LONG, ["body-max-line-length"], "body line over 100 characters"),

@@ -63,7 +63,7 @@ def parse(text: str) -> Message:
 
 
 def _utf16_len(s: str) -> int:  # commitlint measures JavaScript string length
-    return len(s.encode("utf-16-le")) // 2
+    return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
 
 
 def commitlint_errors(text: str) -> list[str]:
