@@ -60,6 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--score", type=Path, metavar="FILE", help="score the outputs in a JSONL file")
     s.add_argument("--eval", action="store_true", help="compare --model endpoints on the skill's held-out tasks")
     s.add_argument("--out", type=Path, help="--score: JSONL file (default stdout); --eval: output folder")
+    s.add_argument("--resume", action="store_true", help="--score/--eval: keep what --out already holds, do only the rest")
 
     j = p.add_argument_group("judge (RULER)")
     j.add_argument("--judge", choices=("ruler", "none"), default="ruler", help="'none' scores offline: checks only")
@@ -89,6 +90,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
     t.add_argument("--max-tokens", type=int, default=1024, help="completion length limit (default 1024)")
     t.add_argument("--max-exceptions", type=float, default=0.1, help="fraction of rollouts that may fail per step (default 0.1)")
+    t.add_argument("--request-timeout", type=float, default=600.0, help="seconds one policy completion may take (default 600)")
+    t.add_argument("--context-tokens", type=int, default=32768,
+                   help="model context; tasks whose prompt (estimated at 3 characters a token) plus --max-tokens "
+                        "exceed it are skipped up front and listed (default 32768, Qwen2.5)")
     t.add_argument("--run-name", default=None, help="run to create or resume (default <skill>-<base model>)")
     t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
@@ -177,6 +182,13 @@ def step_means(groups) -> dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
+def fitting(skill, tasks, args) -> list:
+    keep, note = skill.fitting(tasks, args.context_tokens, args.max_tokens)
+    if note:
+        print(note, file=sys.stderr)
+    return keep
+
+
 def fmt(x: float | None) -> str:
     return "  —  " if x is None else f"{x:.3f}"
 
@@ -190,7 +202,7 @@ async def train(args, skill, judge) -> int:
     from skill_rl.reward import Scorer
     from skill_rl.rollout import rollout, score_group
 
-    train_tasks, val_tasks = skill.split("train"), skill.split("val")
+    train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val"), args)
     if not train_tasks:
         raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
     random.Random(args.seed).shuffle(train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
@@ -208,8 +220,11 @@ async def train(args, skill, judge) -> int:
 
     def group_of(task, n):
         return art.TrajectoryGroup(
-            rollout(model, skill, task, temperature=temperature, max_tokens=args.max_tokens)
+            rollout(model, skill, task, temperature=temperature, max_tokens=args.max_tokens, timeout=args.request_timeout)
             for _ in range(n))
+
+    val_results: list = []
+    totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0}
 
     async def gather(batch_tasks, desc):
         stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0}
@@ -224,11 +239,18 @@ async def train(args, skill, judge) -> int:
             stats["no_variance"] += len({round(t.reward, 6) for t in group.trajectories}) == 1
             return group
 
-        groups = await art.gather_trajectory_groups(
-            (group_of(t, args.rollouts_per_group) for t in batch_tasks),
-            pbar_desc=desc, max_exceptions=args.max_exceptions, after_each=after_each,
-            max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
-        stats["dropped"] += len(batch_tasks) - len(groups) - stats["dropped"]
+        try:
+            groups = await art.gather_trajectory_groups(
+                (group_of(t, args.rollouts_per_group) for t in batch_tasks),
+                pbar_desc=desc, max_exceptions=args.max_exceptions, after_each=after_each,
+                max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
+        except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
+            raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {args.max_exceptions} allows "
+                          f"({type(e).__name__}: {str(e)[:200]}); nothing was trained on this batch, "
+                          "run the same command to resume")
+        stats["dropped"] = len(batch_tasks) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
+        for k, v in stats.items():  # training and validation alike
+            totals[k] += v
         return groups, stats
 
     async def validate(step: int) -> float | None:
@@ -242,7 +264,6 @@ async def train(args, skill, judge) -> int:
         val_results.append((step, groups))
         return mean
 
-    val_results: list = []
     step = await model.get_step()
     print(f"run {args.project}/{args.run_name}: starting at step {step} of {args.steps} on backend {kind}", flush=True)
     epochs = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks)))
@@ -257,11 +278,13 @@ async def train(args, skill, judge) -> int:
                 continue
             result = await backend.train(model, groups, learning_rate=args.learning_rate)
             step = result.step
+            totals["steps"] += 1
             m = step_means(groups)
             await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}}, step=step, split="train")
             print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
-                  f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | dropped {stats['dropped']} "
-                  f"| no variance {stats['no_variance']} | {time.perf_counter() - start:.2f} s", flush=True)
+                  f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | rollout errors "
+                  f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
+                  f"| {time.perf_counter() - start:.2f} s", flush=True)
             if step % args.eval_every == 0 and step < args.steps:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
@@ -282,7 +305,8 @@ async def train(args, skill, judge) -> int:
     if kind == "local":
         print(f"serve it: vllm serve {args.base_model} --enable-lora --lora-modules {model.name}={where}/checkpoints/<step>")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
-    return 0
+    print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
+    return 1 if totals["judge_failures"] or totals["rollout_errors"] or totals["dropped"] else 0
 
 
 # ------------------------------------------------------------------ entry point
@@ -310,7 +334,7 @@ def main(argv=None) -> int:
         if args.score:
             from skill_rl import score
 
-            return score.run(skill, args.score, make_judge(args), args.out)
+            return score.run(skill, args.score, make_judge(args), args.out, resume=args.resume)
         if args.eval:
             from skill_rl import evaluate
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .reward import Judge, Scorer
-from .skills import DIMENSIONS, Skill, Task
+from .skills import DIMENSIONS, Skill, Task, atomic_write
 
 SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
 
@@ -123,80 +123,106 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
 
 
 async def _generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
-                    max_tokens: int, gate: asyncio.Semaphore) -> list[str]:
+                    max_tokens: int, gate: asyncio.Semaphore) -> list[tuple[str, str | None]]:
     async with gate:
         completion = await client.chat.completions.create(
             model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
             messages=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}])
-    outs = [c.message.content or "" for c in completion.choices]
+    outs = [(c.message.content or "", c.finish_reason) for c in completion.choices]
     while len(outs) < samples:  # servers that ignore `n`
         async with gate:
             more = await client.chat.completions.create(
                 model=ep.model, temperature=temperature, max_tokens=max_tokens,
                 messages=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}])
-        outs.append(more.choices[0].message.content or "")
+        outs.append((more.choices[0].message.content or "", more.choices[0].finish_reason))
     return outs[:samples]
+
+
+def read_records(path: Path) -> list[dict]:
+    """Records of an earlier, interrupted --eval; a line cut short by the interruption is dropped."""
+    out = []
+    for raw in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            continue
+    return out
 
 
 async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
                    samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
-                   timeout: float = 120.0) -> dict:
-    """Generate with every endpoint, judge each task's outputs from all models as one group."""
+                   timeout: float = 120.0, done: list[dict] = (), sink=None) -> dict:
+    """Generate with every endpoint and judge each task's outputs from all models as one group.
+
+    Tasks that already have records in `done` are skipped; each finished task's records (outputs,
+    scores, or the error of a model that failed) are handed to `sink` at once, so an interrupted
+    run loses nothing that had finished."""
     from openai import AsyncOpenAI
 
     scorer = Scorer(skill, judge)
     clients = {ep.label: AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
-    records, errors = [], {ep.label: [] for ep in endpoints}
+    records = list(done)
+    finished = {r["task_id"] for r in done}
     judge_failures = 0
 
     async def one(task: Task):
         nonlocal judge_failures
         outs = await asyncio.gather(*(_generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
                                       for ep in endpoints), return_exceptions=True)
-        group, owners = [], []
+        group, owners, new = [], [], []
         for ep, out in zip(endpoints, outs):
             if isinstance(out, Exception):
-                errors[ep.label].append(f"{task.id}: {type(out).__name__}: {str(out)[:160]}")
+                new.append({"task_id": task.id, "model": ep.label, "error": f"{type(out).__name__}: {str(out)[:160]}"})
                 continue
-            group += out
-            owners += [(ep.label, i) for i in range(len(out))]
-        if not group:
-            return
-        result = await scorer.score(task, group)
-        judge_failures += result.judge_failed
-        for (label, i), text, s in zip(owners, group, result.scores):
-            records.append({"task_id": task.id, "model": label, "sample": i, "output": text,
-                            "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
-                            "reward": s.reward, "checks": dict(s.checks), "judge": s.judge, "judged": s.judged,
-                            "metrics": s.metrics()})
+            group += [text for text, _ in out]
+            owners += [(ep.label, i, finish) for i, (_, finish) in enumerate(out)]
+        result = await scorer.score(task, group) if group else None
+        judge_failures += bool(result and result.judge_failed)
+        for (label, i, finish), text, s in zip(owners, group, result.scores if result else []):
+            new.append({"task_id": task.id, "model": label, "sample": i, "output": text, "truncated": finish == "length",
+                        "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
+                        "reward": s.reward, "checks": dict(s.checks), "judge": s.judge, "judged": s.judged,
+                        "metrics": s.metrics()})
+        records.extend(new)
+        if sink:
+            sink(new)
 
-    await asyncio.gather(*(one(t) for t in tasks))
+    await asyncio.gather(*(one(t) for t in tasks if t.id not in finished))
     for c in clients.values():
         await c.close()
-    records.sort(key=lambda r: (r["task_id"], r["model"], r["sample"]))
-    rows = [summarize(ep.label, [r["metrics"] for r in records if r["model"] == ep.label], scorer, len(errors[ep.label]))
-            for ep in endpoints]
-    return {"rows": rows, "records": records, "errors": errors, "judge_failures": judge_failures,
+    return tabulate(records, endpoints, scorer, judge_failures)
+
+
+def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, judge_failures: int) -> dict:
+    records = sorted(records, key=lambda r: (r["task_id"], r["model"], r.get("sample", -1)))
+    scored = [r for r in records if "error" not in r]
+    errors = {ep.label: [f"{r['task_id']}: {r['error']}" for r in records if r["model"] == ep.label and "error" in r]
+              for ep in endpoints}
+    rows = []
+    for ep in endpoints:
+        mine = [r for r in scored if r["model"] == ep.label]
+        row = summarize(ep.label, [r["metrics"] for r in mine], scorer, len(errors[ep.label]))
+        row["truncated"] = sum(r["truncated"] for r in mine)
+        rows.append(row)
+    return {"rows": rows, "records": scored, "errors": errors, "judge_failures": judge_failures,
             "judged_dimensions": scorer.judged_dimensions}
 
 
 def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, split: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    """results.md, results.json and chart.png, each written whole or not at all."""
     mode = f"judge `{judge.model}`" if judge else "offline (`--judge none`): judged columns are empty"
     title = f"{skill.name} on {split} tasks"
     md = [f"## {title}", "", markdown_table(result["rows"]), "",
           f"Scored with {mode}; procedure and correctness from the judge compare the models on the same "
           "tasks (one judge group per task). `overall` is the weighted reward; the interval is a 95 % bootstrap "
           "over outputs.", ""]
-    (out / "results.md").write_text("\n".join(md))
+    atomic_write(out / "results.md", "\n".join(md))
     records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
     payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
                "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
                "errors": result["errors"], "judge_failures": result["judge_failures"], "records": records}
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, out / "results.json")
+    atomic_write(out / "results.json", json.dumps(payload, indent=1))
     bar_chart(result["rows"], out / "chart.png", title)
 
 
@@ -216,21 +242,40 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
         return 2
     tasks = list(skill.tasks) if args.split == "all" else skill.split(args.split)
     tasks = tasks[: args.limit] if args.limit else tasks
+    tasks, note = skill.fitting(tasks, args.context_tokens, args.max_tokens)
+    if note:
+        print(note)
     if not tasks:
         print(f"error: {skill.path / 'tasks.jsonl'} has no {args.split} tasks")
         return 2
-    temperature = 0.0 if args.temperature is None else args.temperature
-    result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
-                                  max_tokens=args.max_tokens, concurrency=args.concurrency))
     out = args.out or Path("results") / skill.name
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "records.jsonl"
+    done = read_records(log) if args.resume else []
+    if args.resume:
+        print(f"resuming: {len({r['task_id'] for r in done})} task(s) already in {log}")
+    atomic_write(log, "".join(json.dumps(r) + "\n" for r in done))  # drop a torn last line, or start afresh
+    temperature = 0.0 if args.temperature is None else args.temperature
+    with open(log, "a") as f:
+        def sink(recs):
+            f.write("".join(json.dumps(r) + "\n" for r in recs))  # one write per task
+            f.flush()
+
+        result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
+                                      max_tokens=args.max_tokens, concurrency=args.concurrency, done=done, sink=sink))
     write_results(skill, result, out, judge, args.split)
     mode = f"judge {judge.model}" if judge else "offline: checks only"
     print_table(skill, result["rows"], f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})")
-    for label, errs in result["errors"].items():
+    for row in result["rows"]:
+        errs = result["errors"][row["model"]]
         for err in errs[:3]:
-            print(f"{label}: {err}")
+            print(f"{row['model']}: {err}")
         if len(errs) > 3:
-            print(f"{label}: ... {len(errs) - 3} more failures")
-    print(f"wrote {out}/results.md, results.json, chart.png")
+            print(f"{row['model']}: ... {len(errs) - 3} more failures")
+        if row["truncated"]:
+            print(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)")
+    if result["judge_failures"]:
+        print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed")
+    print(f"wrote {out}/results.md, results.json, chart.png, records.jsonl")
     failed = any(result["errors"].values()) or result["judge_failures"]
     return 1 if failed else 0

@@ -15,13 +15,15 @@ from .skills import Skill, Task
 STEP_KEYS = ("judged", "judge_failed", "truncated")
 
 
-async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int) -> art.Trajectory:
+async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
+                  timeout: float = 600.0) -> art.Trajectory:
     traj = art.Trajectory(
         messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
         metadata={"task_id": task.id}, metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0,
     )
     completion = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(), messages=traj.messages(), temperature=temperature, max_tokens=max_tokens,
+        timeout=timeout,
     )
     choice = completion.choices[0]
     traj.messages_and_choices.append(choice)

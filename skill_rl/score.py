@@ -17,7 +17,7 @@ from typing import TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .reward import Judge, Scorer
-from .skills import Skill, Task
+from .skills import Skill, Task, atomic_write
 
 
 class Item(BaseModel):
@@ -74,14 +74,33 @@ def record(line: int, index: int, task_id: str | None, score) -> dict:
     }
 
 
-async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO, concurrency: int = 8) -> dict:
-    """Score every line of `path`, writing records to `out`; return a summary."""
+def finished(out_path: Path, items) -> set[int]:
+    """Input lines whose every output already has a record in `out_path`. The file is rewritten (atomically)
+    without partial groups and without a torn last line, so appending to it keeps it valid JSONL."""
+    sizes = {line: len(outputs) for line, _, outputs, _ in items}
+    records = []
+    for raw in out_path.read_text(errors="replace").splitlines():
+        try:
+            records.append(json.loads(raw))
+        except ValueError:
+            continue  # a line cut short by a crash
+    by_line: dict[int, set] = {}
+    for r in records:
+        by_line.setdefault(r.get("line"), set()).add(r.get("index"))
+    done = {line for line, idx in by_line.items() if line in sizes and len(idx) == sizes[line]}
+    atomic_write(out_path, "".join(json.dumps(r) + "\n" for r in records if r.get("line") in done))
+    return done
+
+
+async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO, concurrency: int = 8,
+                     skip: set[int] = frozenset()) -> dict:
+    """Score every line of `path` not in `skip`, writing each group's records to `out` as soon as it is scored."""
     errors: list[str] = []
-    items = read_items(path, skill, errors)
+    items = [item for item in read_items(path, skill, errors) if item[0] not in skip]
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
-               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
+               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions, "resumed": len(skip)}
 
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
         async with gate:
@@ -89,11 +108,10 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO,
         summary["judge_failures"] += result.judge_failed
         if result.judge_error:
             errors.append(f"{path}:{line}: judge failed, scored by checks only: {result.judge_error}")
-        for i, s in enumerate(result.scores):
-            rec = record(line, i, task_id, s)
-            out.write(json.dumps(rec) + "\n")
-            summary["records"].append(rec)
+        recs = [record(line, i, task_id, s) for i, s in enumerate(result.scores)]
+        out.write("".join(json.dumps(r) + "\n" for r in recs))  # one write per group: no group is half on disk
         out.flush()
+        summary["records"] += recs
         summary["outputs"] += len(outputs)
 
     await asyncio.gather(*(one(*item) for item in items))
@@ -123,10 +141,17 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s)")
 
 
-def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None) -> int:
-    out = open(out_path, "w") if out_path else sys.stdout
+def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False) -> int:
+    if resume and out_path is None:
+        print("error: --resume needs --out FILE (the records written so far)", file=sys.stderr)
+        return 2
+    skip: set[int] = set()
+    if resume and out_path.exists():
+        skip = finished(out_path, read_items(path, skill, []))
+        print(f"resuming: {len(skip)} line(s) of {path} already scored in {out_path}", file=sys.stderr)
+    out = open(out_path, "a" if resume else "w") if out_path else sys.stdout
     try:
-        summary = asyncio.run(score_file(skill, path, judge, out))
+        summary = asyncio.run(score_file(skill, path, judge, out, skip=skip))
     finally:
         if out_path:
             out.close()

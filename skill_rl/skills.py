@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -107,6 +108,20 @@ class Skill:
 
     def task(self, task_id: str) -> Task | None:
         return next((t for t in self.tasks if t.id == task_id), None)
+
+    def prompt_tokens(self, task: Task) -> int:
+        """A deliberately high estimate of the prompt's tokens: 3 characters a token (code and diffs
+        tokenize denser than prose), plus a little for the chat template."""
+        return (len(self.body) + len(task.input)) // 3 + 16
+
+    def fitting(self, tasks: list[Task], context_tokens: int, max_tokens: int) -> tuple[list[Task], str | None]:
+        """The tasks whose prompt leaves room for `max_tokens` in the context, and a note naming the others."""
+        keep = [t for t in tasks if self.prompt_tokens(t) <= context_tokens - max_tokens]
+        if len(keep) == len(tasks):
+            return keep, None
+        ids = ", ".join(t.id for t in tasks if t not in keep)
+        return keep, (f"skipping {len(tasks) - len(keep)} task(s) longer than --context-tokens {context_tokens} minus "
+                      f"--max-tokens {max_tokens} (estimated at 3 characters a token): {ids}")
 
 
 # ---------------------------------------------------------------- SKILL.md
@@ -412,6 +427,13 @@ def load_skill(folder: Path, *, with_tasks: bool = True) -> Skill:
         name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
         steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
     )
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a crash leaves the old file (or none), never half a new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def list_skills(skills_dir: Path) -> list[Path]:

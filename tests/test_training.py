@@ -89,8 +89,8 @@ def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path
         run = train(tmp_path, skills_dir, policy_server, "--steps", "1", "--judge-attempts", "2")
     finally:
         policy_server.always_fail_judge = None
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "judge failures 2 |" in run.stdout
+    assert run.returncode == 1, run.stderr[-2000:]  # it completed, and the exit status says something failed
+    assert "judge failures 2 |" in run.stdout and "this run: steps 1, judge failures 4," in run.stdout  # 2 train + 2 val groups
     assert all(0.0 <= r <= 1.0 for r in steps_recorded(tmp_path)[0]["rewards"])
 
 
