@@ -262,7 +262,8 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
             f.flush()
 
         result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
-                                      max_tokens=args.max_tokens, concurrency=args.concurrency, done=done, sink=sink))
+                                      max_tokens=args.max_tokens, concurrency=args.concurrency, done=done, sink=sink,
+                                      timeout=args.request_timeout))
     write_results(skill, result, out, judge, args.split)
     mode = f"judge {judge.model}" if judge else "offline: checks only"
     print_table(skill, result["rows"], f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})")

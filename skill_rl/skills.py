@@ -165,6 +165,9 @@ def _yaml_key_lines(path: Path, source: str, problems: list[str]) -> dict[str, i
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
         problems.append(_problem(path, line, f"frontmatter is not valid YAML: {what}"))
         return None
+    except RecursionError:
+        problems.append(_problem(path, 2, "frontmatter is not valid YAML: nested too deeply"))
+        return None
     if not isinstance(node, yaml.MappingNode):
         problems.append(_problem(path, 2, "frontmatter must be a YAML mapping of keys to values"))
         return None

@@ -57,6 +57,7 @@ class FakeOpenAI:
         self.policy_faults: deque[str] = deque()
         self.judge_faults: deque[str] = deque()
         self.always_fail_judge: str | None = None  # a fault to answer every judge call with
+        self.always_fail_policy: str | None = None  # ... and every policy call
         self.requests: list[dict] = []
         self.judge_prompts: list[str] = []
         self._lock = threading.Lock()
@@ -90,13 +91,13 @@ class FakeOpenAI:
         }
 
     def _judge_answer(self, request: dict, fault: str | None) -> tuple[int, dict | str]:
-        prompt = request["messages"][-1]["content"]
+        prompt = request["messages"][1]["content"]  # the trajectories; a corrective retry appends turns after it
         texts = candidates(prompt)
         with self._lock:
             self.judge_prompts.append(prompt)
         scores = list(self.judge_fn(texts))
         if fault == "wrong-count":
-            scores = scores[:-1] or [0.5, 0.5]
+            scores = scores[:-1] if len(scores) > 1 else [*scores, 0.5]
         if fault == "out-of-range":
             scores = [s * 10 - 5 for s in scores]
         items = [{"trajectory_id": str(i), "explanation": f"candidate {i}", "score": str(s) if fault == "string-scores" else s}
@@ -142,7 +143,7 @@ class FakeOpenAI:
                 is_judge = isinstance(first, str) and "Grading standards" in first
                 queue = server.judge_faults if is_judge else server.policy_faults
                 with server._lock:
-                    fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else None)
+                    fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else server.always_fail_policy)
                 time.sleep(server.judge_latency if is_judge else server.policy_latency)
                 if fault == "500":
                     return self._send(500, {"error": {"message": "internal error", "type": "server_error"}})

@@ -1,0 +1,348 @@
+"""Faults and bad input at every entry point: the command finishes, counts what failed, loses nothing,
+and never prints a traceback or a key. The README's Reliability table lists what is tried here."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openai_server import FakeOpenAI
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
+KEY = "sk-planted-SECRET-9f8e7d"
+FAST_JUDGE = ["--judge-api-key", KEY, "--judge-timeout", "1", "--judge-attempts", "2"]
+
+
+def lines_of(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+# ------------------------------------------------------------------ the judge misbehaves (--score)
+
+# fault -> does a judge that ALWAYS answers this way still give judged scores?
+JUDGE_FAULTS = {"500": False, "429": False, "429-retry-after": False, "refused": False, "timeout": False,
+                "truncated": False, "non-json": False, "wrong-count": False, "fenced": True, "out-of-range": True,
+                "string-scores": True}
+
+
+@pytest.mark.parametrize("fault", sorted(JUDGE_FAULTS))
+def test_score_under_a_judge_fault(tmp_path, capsys, fault):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: raise the limit", "Raised it."]}) + "\n"
+                           for i in range(2)))
+    out = tmp_path / "out.jsonl"
+    with FakeOpenAI(fault_sleep=1.5) as server:
+        server.judge_faults.append(fault)  # once: retried and scored normally
+        server.always_fail_judge = None
+        assert main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, *FAST_JUDGE,
+                     "--out", str(out)]) == 0
+        assert all(r["judged"] for r in lines_of(out))
+        server.always_fail_judge = fault  # always: the groups fall back to checks only, and say so
+        start = time.perf_counter()
+        code = main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, *FAST_JUDGE,
+                     "--out", str(out)])
+        assert time.perf_counter() - start < 15  # retries are bounded in count and time
+    err = capsys.readouterr().err
+    records = lines_of(out)
+    assert len(records) == 4 and all(0.0 <= r["reward"] <= 1.0 for r in records)
+    if JUDGE_FAULTS[fault]:
+        assert code == 0 and all(r["judged"] for r in records)
+    else:
+        assert code == 1 and not any(r["judged"] for r in records)
+        assert "2 judge failure(s)" in err and "judge failed, scored by checks only" in err
+    assert "Traceback" not in err and KEY not in err
+
+
+# ------------------------------------------------------------------ a model misbehaves (--eval)
+
+# policy fault -> is the model's output still scored (True), or is the task a failure for that model?
+POLICY_FAULTS = {"500": False, "429": False, "refused": False, "timeout": False, "truncated": False,
+                 "non-json": False, "empty": True, "length": True}
+
+
+@pytest.mark.parametrize("fault", sorted(POLICY_FAULTS))
+def test_eval_under_a_policy_fault(tmp_path, capsys, fault):
+    good = FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit")
+    bad = FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit to two", fault_sleep=2)
+    bad.always_fail_policy = fault
+    out = tmp_path / "eval"
+    with good, bad:
+        code = main(["--skill", "git-commit", "--eval", "--model", f"good=a@{good.url}", "--model", f"bad=b@{bad.url}",
+                     "--judge", "none", "--limit", "2", "--request-timeout", "1", "--out", str(out)])
+    rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())["models"]}
+    stdout = capsys.readouterr().out
+    assert rows["good"]["n"] == 2 and rows["good"]["failures"] == 0
+    if POLICY_FAULTS[fault]:
+        assert code == 0 and rows["bad"]["n"] == 2 and rows["bad"]["failures"] == 0
+        assert rows["bad"]["truncated"] == (2 if fault == "length" else 0)
+        assert rows["bad"]["format"] < rows["good"]["format"]
+    else:
+        assert code == 1 and rows["bad"]["n"] == 0 and rows["bad"]["failures"] == 2
+        assert "bad: " in stdout
+    assert "Traceback" not in stdout
+
+
+# ------------------------------------------------------------------ training under faults
+
+
+def train_cmd(skills, server, *extra):
+    return [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
+            "--backend", "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, *FAST_JUDGE,
+            "--groups-per-step", "2", "--rollouts-per-group", "4", "--eval-every", "100", "--request-timeout", "2", *extra]
+
+
+def train_env(server):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url, "SKILL_RL_POLICY_API_KEY": KEY}
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+@pytest.fixture
+def small_skill(tmp_path):
+    folder = tmp_path / "skills" / "git-commit"
+    folder.mkdir(parents=True)
+    for name in ("SKILL.md", "checks.py"):
+        (folder / name).write_bytes((ROOT / "skills/git-commit" / name).read_bytes())
+    (folder / "tasks.jsonl").write_text("".join(
+        json.dumps({"id": f"t{i}", "input": DIFF.format(n=i), "split": "val" if i >= 8 else "train",
+                    "expect": {"type": "fix", "breaking": False}}) + "\n" for i in range(9)))
+    return tmp_path / "skills"
+
+
+def answers():
+    texts = iter(["fix: raise the limit", "Raised it.", "fix(app): raise the limit to a sane value"] * 10**5)
+    return lambda request: next(texts)
+
+
+def test_training_counts_rollout_errors_under_the_budget_and_stops_cleanly_over_it(tmp_path, small_skill):
+    with FakeOpenAI(policy_fn=answers()) as server:
+        server.policy_faults.extend(["non-json", "empty"])  # one failed rollout (not retried), one empty answer, of 8
+        run = subprocess.run(train_cmd(small_skill, server, "--steps", "1", "--max-exceptions", "0.2"),
+                             cwd=tmp_path, env=train_env(server), capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1, run.stderr[-1500:]
+        assert "rollout errors 1 |" in run.stdout and "this run: steps 1," in run.stdout
+        server.always_fail_policy = "500"
+        over = subprocess.run(train_cmd(small_skill, server, "--steps", "2"), cwd=tmp_path, env=train_env(server),
+                              capture_output=True, text=True, timeout=120)
+    assert over.returncode == 1
+    assert "more rollouts failed than --max-exceptions 0.1 allows" in over.stderr and "Traceback" not in over.stderr
+    steps = lines_of(next((tmp_path / ".art").rglob("dryrun.jsonl")))
+    assert [s["step"] for s in steps] == [1]  # nothing was trained on the failed batch
+    assert KEY not in run.stdout + run.stderr + over.stdout + over.stderr
+
+
+def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tmp_path, small_skill):
+    with FakeOpenAI(policy_fn=answers(), policy_latency=0.4) as server:
+        proc = subprocess.Popen(train_cmd(small_skill, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 90
+        log = None
+        while time.time() < deadline:  # wait for step 1 to be trained, then kill during step 2
+            log = next((tmp_path / ".art").rglob("dryrun.jsonl"), None) if (tmp_path / ".art").exists() else None
+            if log and log.read_text().count("\n") == 1:
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert [s["step"] for s in lines_of(log)] == [1]
+        again = subprocess.run(train_cmd(small_skill, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
+                               capture_output=True, text=True, timeout=120)
+        assert "starting at step 1 of 3" in again.stdout, again.stderr[-1500:]
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        subprocess.run(train_cmd(small_skill, server, "--steps", "3"), cwd=fresh, env=train_env(server),
+                       capture_output=True, text=True, timeout=120)
+    resumed, uninterrupted = lines_of(log), lines_of(next((fresh / ".art").rglob("dryrun.jsonl")))
+    assert [s["step"] for s in resumed] == [1, 2, 3]
+    assert [s["task_ids"] for s in resumed] == [s["task_ids"] for s in uninterrupted]
+
+
+# ------------------------------------------------------------------ --score and --eval killed half way
+
+
+def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_rest(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: raise it", f"fix: raise the limit {i}"]}) + "\n"
+                           for i in range(24)))
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--score", str(src), "--out", str(out)]
+    with FakeOpenAI(judge_latency=0.5) as server:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        judged = [*cmd, "--judge-base-url", server.url, "--judge-api-key", KEY]
+        proc = subprocess.Popen(judged, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 6):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        before = out.read_text().splitlines()
+        assert 6 <= len(before) < 48 and all(json.loads(line) for line in before)  # valid JSONL, nothing torn
+        calls_before = server.judge_calls
+        run = subprocess.run([*judged, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-1500:]
+        done_before = len({json.loads(line)["line"] for line in before})
+        assert server.judge_calls - calls_before == 2 * (24 - done_before)  # finished lines were not judged again
+    records = lines_of(out)
+    assert sorted((r["line"], r["index"]) for r in records) == [(n, i) for n in range(1, 25) for i in range(2)]
+
+
+def test_score_resume_drops_a_torn_line_and_a_half_written_group(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: a", "fix: b"]}) + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    assert main(["--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(out)]) == 0
+    full = out.read_text().splitlines()
+    out.write_text("\n".join(full[:3]) + "\n" + full[3][:20])  # line 2 has one of two records; a torn line follows
+    assert main(["--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(out), "--resume"]) == 0
+    assert sorted(out.read_text().splitlines()) == sorted(full)
+
+
+def test_eval_killed_half_way_resumes_without_redoing_finished_tasks(tmp_path):
+    out = tmp_path / "eval"
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit", policy_latency=0.3) as server:
+        cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}",
+               "--judge", "none", "--concurrency", "2", "--out", str(out)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        log = out / "records.jsonl"
+        deadline = time.time() + 60
+        while time.time() < deadline and (not log.exists() or log.read_text().count("\n") < 4):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        done = {r["task_id"] for r in lines_of(log)}
+        calls = len(server.requests)
+        run = subprocess.run([*cmd, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-1500:]
+        assert len(server.requests) - calls == 24 - len(done)
+    records = lines_of(log)
+    assert sorted(r["task_id"] for r in records) == sorted({r["task_id"] for r in records}) and len(records) == 24
+    assert json.loads((out / "results.json").read_text())["models"][0]["n"] == 24
+
+
+# ------------------------------------------------------------------ keys never leak
+
+
+def test_a_planted_key_appears_in_no_output_file_or_message(tmp_path, small_skill, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("JUDGE_API_KEY", KEY)
+    with FakeOpenAI(policy_fn=answers()) as server:
+        server.judge_faults.extend(["500", "wrong-count"])
+        run = subprocess.run(train_cmd(small_skill, server, "--steps", "1", "--eval-every", "1"), cwd=tmp_path,
+                             env=train_env(server), capture_output=True, text=True, timeout=120)
+        assert run.returncode in (0, 1), run.stderr[-1500:]
+        src = tmp_path / "in.jsonl"
+        src.write_text(json.dumps({"input": DIFF.format(n=1), "output": "fix: x"}) + "\n")
+        main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, "--out", str(tmp_path / "o.jsonl")])
+        main(["--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}", "--api-key", KEY, "--limit", "1",
+              "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-attempts", "1", "--out", str(tmp_path / "eval")])
+    printed = run.stdout + run.stderr + "".join(capsys.readouterr())
+    assert "api_key" in printed or "judge" in printed  # the configuration was printed, masked
+    assert KEY not in printed
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+# ------------------------------------------------------------------ malformed files, fuzzed
+
+GOOD_MD = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0]
+GOOD_TASKS = '{"id": "a", "input": "What is 2+2?"}\n{"id": "b", "input": "Capital of France?", "split": "val"}\n'
+
+
+def variants():
+    """(case, SKILL.md bytes, tasks.jsonl bytes, must_fail)."""
+    rng = random.Random(7)
+    md, tasks = GOOD_MD.encode(), GOOD_TASKS.encode()
+    for i in range(45):
+        cut = rng.randrange(len(md))
+        yield f"SKILL.md cut at {cut}", md[:cut], tasks, True if cut < md.index(b"## Output Format") + 17 else None
+    for i in range(40):
+        cut = rng.randrange(1, len(tasks) - 1)
+        yield f"tasks.jsonl cut at {cut}", md, tasks[:cut], bool(tasks[:cut].rsplit(b"\n", 1)[-1].strip())
+    for i in range(40):
+        b = bytearray(md)
+        k = rng.randrange(len(b))
+        b[k] ^= 1 << rng.randrange(8)
+        yield f"SKILL.md byte {k} flipped", bytes(b), tasks, None
+    for i in range(40):
+        b = bytearray(tasks)
+        k = rng.randrange(len(b))
+        b[k] ^= 1 << rng.randrange(8)
+        yield f"tasks.jsonl byte {k} flipped", md, bytes(b), None
+    for field, value in [("id", 1), ("id", None), ("id", ["a"]), ("id", {"a": 1}), ("id", " "), ("input", 4), ("input", ["x"]),
+                         ("input", None), ("split", 1), ("split", True), ("split", "TRAIN"), ("reference", 3),
+                         ("expect", {"type": "fix"}), ("expect", [1, 2])]:
+        yield f"tasks field {field}={value!r}", md, json.dumps({"id": "a", "input": "x", field: value}).encode(), True
+    for key, value in [("name", "123"), ("name", "[a, b]"), ("name", "Demo"), ("name", "-demo"), ("name", "de--mo"),
+                       ("description", "''"), ("description", "[1]"), ("description", "has <tags>"), ("metadata", "[1, 2]"),
+                       ("metadata", "{a: 1}"), ("metadata", "null"), ("license", "[MIT]"), ("compatibility", "''")]:
+        fields = {"name": "demo", "description": "Answer a question in one line.", key: value}
+        front = "".join(f"{k}: {v}\n" for k, v in fields.items())
+        yield f"frontmatter {key}: {value}", f"---\n{front}---\n{GOOD_MD.split('---', 2)[2]}".encode(), tasks, True
+    yield "huge description", md.replace(b"Answer a question in one line.", b"d" * 2_000_000), tasks, True
+    yield "huge task line", md, json.dumps({"id": "a", "input": "x" * 1_100_000}).encode(), True
+    yield "huge but valid task", md, json.dumps({"id": "a", "input": "x" * 200_000}).encode(), False
+    yield "deeply nested task", md, b'{"id": "a", "input": "x", "expect": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", True
+    yield "deeply nested YAML", md.replace(b"metadata:", b"license: " + b"[" * 20_000 + b"]" * 20_000 + b"\nmetadata:"), tasks, True
+    yield "deeply nested JSON object", md, b'{"id": "a", "input": "x", "reference": ' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}", True
+    for prefix in (b"\xef\xbb\xbf",):
+        yield "BOM on SKILL.md", prefix + md, tasks, False
+        yield "BOM on tasks.jsonl", md, prefix + tasks, False
+        yield "BOM on a malformed tasks.jsonl", md, prefix + b'{"id": 1}\n', True
+    yield "CRLF SKILL.md", md.replace(b"\n", b"\r\n"), tasks, False
+    yield "CRLF tasks.jsonl", md, tasks.replace(b"\n", b"\r\n"), False
+    yield "CRLF and a bad split", md, tasks.replace(b"\n", b"\r\n").replace(b'"val"', b'"dev"'), True
+    for dup in (b'{"id": "a", "id": "b", "input": "x"}', b'{"id": "a", "input": "x", "input": "y"}'):
+        yield "duplicate JSON key", md, dup, True
+    yield "duplicate YAML key", md.replace(b"description:", b"description: one\ndescription:"), tasks, True
+    yield "empty SKILL.md", b"", tasks, True
+    yield "empty tasks.jsonl", md, b"", True
+    yield "only blank lines", md, b"\n\n  \n", True
+    yield "binary SKILL.md", bytes(range(256)) * 4, tasks, True
+    yield "NUL bytes in tasks", md, b"\x00" * 64, True
+    yield "a JSON array line", md, b'[{"id": "a", "input": "x"}]', True
+    yield "a JSON string line", md, b'"just text"', True
+
+
+CASES = list(variants())
+
+
+def test_there_are_at_least_200_fuzzed_variants():
+    assert len(CASES) >= 200
+
+
+@pytest.mark.parametrize("case,md,tasks,must_fail", CASES, ids=[c[0] for c in CASES])
+def test_a_malformed_skill_never_crashes_or_hangs(tmp_path, capsys, monkeypatch, case, md, tasks, must_fail):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    (folder / "SKILL.md").write_bytes(md)
+    (folder / "tasks.jsonl").write_bytes(tasks)
+
+    def hang(*_):
+        raise TimeoutError(f"{case}: --check took over 10 s")
+
+    signal.signal(signal.SIGALRM, hang)
+    signal.alarm(10)
+    try:
+        code = main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"])
+    finally:
+        signal.alarm(0)
+    err = capsys.readouterr().err
+    assert code in (0, 2)
+    if must_fail is not None:
+        assert code == (2 if must_fail else 0), err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert lines and all(line.startswith(("demo/SKILL.md", "demo/tasks.jsonl")) for line in lines), err
+        assert all(len(line) < 600 for line in lines)  # huge inputs are summarised, not echoed
