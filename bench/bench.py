@@ -141,17 +141,21 @@ def judge_cost(skill) -> dict:
 # ------------------------------------------------------------------ scorer throughput
 
 
-def throughput(skill, seconds: float = 2.0) -> float:
-    """Deterministic scoring, outputs per second, one core; every output distinct (no cache hits)."""
+def throughput(skill, seconds: float = 1.0, repeat: int = 3) -> float:
+    """Deterministic scoring, outputs per second, one core, best of `repeat`; every output distinct (no cache
+    hits). Run before anything starts ART's or the test server's threads."""
     fns = skill_checks(skill)
     pairs = [(t, t.reference) for t in skill.tasks]
-    n, i, start = 0, 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for task, ref in pairs:
-            run_checks(fns, f"{ref}\n{i}", task)
-            i += 1
-        n += len(pairs)
-    return n / (time.perf_counter() - start)
+    best, i = 0.0, 0
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for task, ref in pairs:
+                run_checks(fns, f"{ref}\n{i}", task)
+                i += 1
+            n += len(pairs)
+        best = max(best, n / (time.perf_counter() - start))
+    return best
 
 
 # ------------------------------------------------------------------ start-up and scale
@@ -226,8 +230,11 @@ def main() -> int:
     review = load_skill(ROOT / "skills/code-review")
     figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                "lp": args.lp, "lj": args.lj, "steps": []}
+    figures["throughput"] = {s.name: throughput(s) for s in (skill, review)}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        figures["startup"] = startup(tmp)
+        figures["scale"] = scale(tmp, 10_000 if args.quick else 100_000)
         dims = len(Scorer(skill, Judge()).judged_dimensions)
         for g, n in ([(8, 8)] if args.quick else [(8, 8), (16, 8)]):
             ours = skill_rl_step(skill, g, n, args.lp, args.lj, tmp)
@@ -237,9 +244,6 @@ def main() -> int:
                                      "serial_s": g * n * args.lp + g * args.lj,
                                      "target_s": 1.25 * max(ideal, bare), "ok": ours <= 1.25 * max(ideal, bare)})
         figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
-        figures["throughput"] = {s.name: throughput(s) for s in (skill, review)}
-        figures["startup"] = startup(tmp)
-        figures["scale"] = scale(tmp, 10_000 if args.quick else 100_000)
 
     console = Console()
     t = Table(title=f"step overhead (Lp {args.lp} s, Lj {args.lj} s; {figures['machine']})")
