@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,3 +17,18 @@ from openai_server import FakeOpenAI  # noqa: E402
 def server():
     with FakeOpenAI() as s:
         yield s
+
+
+SMALL_DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
+
+
+def small_git_commit(where: Path, train: int, val: int) -> Path:
+    """A skills folder holding git-commit's SKILL.md and checks.py with a few one-line-diff tasks."""
+    folder = where / "skills" / "git-commit"
+    folder.mkdir(parents=True)
+    for name in ("SKILL.md", "checks.py"):
+        (folder / name).write_bytes((ROOT / "skills/git-commit" / name).read_bytes())
+    (folder / "tasks.jsonl").write_text("".join(
+        json.dumps({"id": f"t{i}", "input": SMALL_DIFF.format(n=i + 2), "split": "val" if i >= train else "train",
+                    "expect": {"type": "fix", "breaking": False}}) + "\n" for i in range(train + val)))
+    return where / "skills"

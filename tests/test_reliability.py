@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SMALL_DIFF as DIFF, small_git_commit
 from openai_server import FakeOpenAI
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
-DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
 KEY = "sk-planted-SECRET-9f8e7d"
 FAST_JUDGE = ["--judge-api-key", KEY, "--judge-timeout", "1", "--judge-attempts", "2"]
 
@@ -107,14 +107,7 @@ def train_env(server):
 
 @pytest.fixture
 def small_skill(tmp_path):
-    folder = tmp_path / "skills" / "git-commit"
-    folder.mkdir(parents=True)
-    for name in ("SKILL.md", "checks.py"):
-        (folder / name).write_bytes((ROOT / "skills/git-commit" / name).read_bytes())
-    (folder / "tasks.jsonl").write_text("".join(
-        json.dumps({"id": f"t{i}", "input": DIFF.format(n=i), "split": "val" if i >= 8 else "train",
-                    "expect": {"type": "fix", "breaking": False}}) + "\n" for i in range(9)))
-    return tmp_path / "skills"
+    return small_git_commit(tmp_path, train=8, val=1)
 
 
 def answers():

@@ -4,18 +4,17 @@ judge, and the CPU stand-in backend (skill_rl.dryrun) passed as --backend MODULE
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import small_git_commit
 from openai_server import FakeOpenAI
 from skill_rl.skills import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
-DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
 ANSWERS = ["fix: raise the limit", "Fixed the limit.", "feat(app): change the limit",
            "fix(app): raise the limit\n\nThe old limit dropped requests."]
 
@@ -29,15 +28,7 @@ def policy_server():
 
 @pytest.fixture
 def skills_dir(tmp_path):
-    folder = tmp_path / "skills" / "git-commit"
-    folder.mkdir(parents=True)
-    for name in ("SKILL.md", "checks.py"):
-        shutil.copy(ROOT / "skills/git-commit" / name, folder / name)
-    with open(folder / "tasks.jsonl", "w") as f:
-        for i in range(8):
-            f.write(json.dumps({"id": f"t{i}", "input": DIFF.format(n=i + 2), "split": "val" if i >= 6 else "train",
-                                "expect": {"type": "fix", "breaking": False}}) + "\n")
-    return tmp_path / "skills"
+    return small_git_commit(tmp_path, train=6, val=2)
 
 
 def train(tmp_path, skills_dir, server, *extra, backend="skill_rl.dryrun:DryRunBackend", env=None):
