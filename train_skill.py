@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import random
@@ -189,6 +190,16 @@ def fitting(skill, tasks, args) -> list:
     return keep
 
 
+def best_val_step(history: Path) -> tuple[int, float] | None:
+    """(step, val/reward) of the best validation in the run's history, resumed runs included."""
+    best = None
+    for line in history.read_text().splitlines() if history.exists() else []:
+        row = json.loads(line)
+        if row.get("val/reward") is not None and (best is None or row["val/reward"] > best[1]):
+            best = (row["step"], row["val/reward"])
+    return best
+
+
 def fmt(x: float | None) -> str:
     return "  —  " if x is None else f"{x:.3f}"
 
@@ -302,8 +313,12 @@ async def train(args, skill, judge) -> int:
         print(f"note: kept all checkpoints ({type(e).__name__}: {e})", file=sys.stderr)
     where = Path(model._get_output_dir())
     print(f"\nrun state, history and checkpoints: {where}")
+    best = best_val_step(where / "history.jsonl")
+    if best:
+        print(f"best validation reward {best[1]:.3f} at step {best[0]} (kept, with the latest step)")
     if kind == "local":
-        print(f"serve it: vllm serve {args.base_model} --enable-lora --lora-modules {model.name}={where}/checkpoints/<step>")
+        ckpt = f"{where}/checkpoints/{best[0]:04d}" if best else f"{where}/checkpoints/<step>"
+        print(f"serve it: vllm serve {args.base_model} --enable-lora --lora-modules {model.name}={ckpt}")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
     return 1 if totals["judge_failures"] or totals["rollout_errors"] or totals["dropped"] else 0

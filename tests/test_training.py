@@ -61,6 +61,8 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     assert all(f"train/{d}" in h for h in train_rows for d in ("format", "procedure", "correctness"))
     assert any("val/reward" in h for h in history)
     assert "step    1 | reward" in run.stdout and "val     2 | reward" in run.stdout
+    best = max((h for h in history if "val/reward" in h), key=lambda h: h["val/reward"])
+    assert f"best validation reward {best['val/reward']:.3f} at step {best['step']}" in run.stdout
     assert "sk-test-planted-key" not in run.stdout + run.stderr
 
     again = train(tmp_path, skills_dir, policy_server, "--steps", "3")
