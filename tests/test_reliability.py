@@ -339,3 +339,43 @@ def test_a_malformed_skill_never_crashes_or_hangs(tmp_path, capsys, monkeypatch,
         lines = err.strip().splitlines()
         assert lines and all(line.startswith(("demo/SKILL.md", "demo/tasks.jsonl")) for line in lines), err
         assert all(len(line) < 600 for line in lines)  # huge inputs are summarised, not echoed
+
+
+# ------------------------------------------------------------------ Ctrl-C and oversized inputs
+
+
+def test_ctrl_c_stops_after_the_current_step_and_leaves_a_resumable_run(tmp_path, small_skill):
+    with FakeOpenAI(policy_fn=answers(), policy_latency=0.4) as server:
+        proc = subprocess.Popen(train_cmd(small_skill, server, "--steps", "4"), cwd=tmp_path, env=train_env(server),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 90
+        while time.time() < deadline:  # wait for step 1 to be trained
+            log = next((tmp_path / ".art").rglob("dryrun.jsonl"), None) if (tmp_path / ".art").exists() else None
+            if log and log.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)  # most likely during step 2's rollouts: step 2 completes, then it stops
+        out, err = proc.communicate(timeout=90)
+        assert "Ctrl-C: stopping after this step" in err and "Traceback" not in err
+        assert "stopped early: yes" in out and proc.returncode == 0
+        trained = [s["step"] for s in lines_of(log)]
+        assert trained in ([1], [1, 2])  # whole steps only, never a step cut in half
+        again = subprocess.run(train_cmd(small_skill, server, "--steps", "4"), cwd=tmp_path, env=train_env(server),
+                               capture_output=True, text=True, timeout=120)
+    assert f"starting at step {len(trained)} of 4" in again.stdout
+    assert [s["step"] for s in lines_of(log)] == [1, 2, 3, 4]
+
+
+def test_a_task_too_long_for_the_context_is_skipped_up_front_and_named(tmp_path, capsys):
+    folder = small_git_commit(tmp_path, train=2, val=2) / "git-commit"
+    with open(folder / "tasks.jsonl", "a") as f:
+        f.write(json.dumps({"id": "huge", "input": DIFF.format(n=1) + "+x = 1\n" * 20_000, "split": "val"}) + "\n")
+    with FakeOpenAI(policy_fn=lambda r: "fix: raise the limit") as server:
+        code = main(["--skills-dir", str(folder.parent), "--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}",
+                     "--judge", "none", "--context-tokens", "32768", "--out", str(tmp_path / "eval")])
+        sizes = [sum(len(m["content"]) for m in r["messages"]) for r in server.requests]
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "skipping 1 task(s) longer than --context-tokens 32768 minus --max-tokens 1024" in out and ": huge" in out
+    assert len(sizes) == 2 and max(sizes) < 10_000  # the huge task never reached the model
