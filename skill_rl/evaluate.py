@@ -84,12 +84,14 @@ def print_table(skill: Skill, rows: list[dict], title: str) -> None:
     from rich.table import Table
 
     head, body = _rows(rows)
+    console = Console()
+    console.width = max(console.width, 40 + 11 * len(head))  # never shorten a figure to fit a narrow pipe
     table = Table(title=title)
     for i, h in enumerate(head):
         table.add_column(h, justify="left" if i == 0 else "right")
     for line in body:
         table.add_row(*line)
-    Console().print(table)
+    console.print(table)
 
 
 def markdown_table(rows: list[dict]) -> str:

@@ -123,6 +123,7 @@ CORRECTNESS = [
     ("breaking_right", "feat!: x\n\nBREAKING CHANGE: y", {"type": "feat", "breaking": True}, True, "breaking marked"),
     ("breaking_right", "feat: x", {"type": "feat", "breaking": True}, False, "breaking change not marked"),
     ("breaking_right", "feat!: x", {"type": "feat", "breaking": False}, False, "false alarm"),
+    ("breaking_right", "Changed stuff.", {"type": "feat", "breaking": False}, False, "not a commit message gets no credit"),
 ]
 
 

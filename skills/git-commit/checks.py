@@ -208,8 +208,8 @@ def scope_right(output: str, task) -> bool | None:
 
 @check("correctness", key=True)
 def breaking_right(output: str, task) -> bool | None:
-    """The message marks a breaking change exactly when the diff is one."""
+    """The message marks a breaking change exactly when the diff is one (an unparseable header marks nothing right)."""
     if task.expect is None:
         return None
     msg = parse(output)
-    return (msg.bang or msg.breaking_footer) == task.expect.breaking
+    return msg.type is not None and (msg.bang or msg.breaking_footer) == task.expect.breaking
