@@ -194,10 +194,11 @@ def _pydantic_problems(path: Path, err: ValidationError, line_of) -> list[str]:
     return out
 
 
-def _frontmatter(path: Path, source: str, problems: list[str]) -> Frontmatter | None:
+def _frontmatter(path: Path, source: str, problems: list[str]) -> tuple[Frontmatter | None, dict[str, int]]:
+    """The validated frontmatter (None when invalid) and the SKILL.md line of each top-level key."""
     key_lines = _yaml_key_lines(path, source, problems)
     if key_lines is None:
-        return None
+        return None, {}
     data = yaml.safe_load(source)
     for key in ("name", "description", "license", "compatibility", "allowed-tools"):
         if isinstance(data.get(key), (int, float, bool)):  # YAML `name: 123`: say so, don't coerce
@@ -211,10 +212,10 @@ def _frontmatter(path: Path, source: str, problems: list[str]) -> Frontmatter | 
         )
         data.pop(key)
     try:
-        return Frontmatter.model_validate(data)
+        return Frontmatter.model_validate(data), key_lines
     except ValidationError as e:
         problems.extend(_pydantic_problems(path, e, lambda loc: key_lines.get(str(loc[0]))))
-        return None
+        return None, key_lines
 
 
 def _settings(path: Path, fm: Frontmatter, line: int | None, problems: list[str]):
@@ -402,8 +403,7 @@ def load_skill(folder: Path, *, with_tasks: bool = True) -> Skill:
     if parts is None:
         raise SkillError(problems)
     source, body, body_line = parts
-    fm = _frontmatter(md, source, problems)
-    key_line = _yaml_key_lines(md, source, []) or {}
+    fm, key_line = _frontmatter(md, source, problems)
     if fm is not None and fm.name != folder.name:
         problems.append(_problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
     weights, judged = _settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, ())
