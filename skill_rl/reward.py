@@ -114,9 +114,9 @@ def _litellm_params(judge: Judge) -> dict:
                 headers = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-length", "content-encoding")]
                 return httpx.Response(200, headers=headers, content=raw, request=request)
 
-        api_key = judge.api_key or os.environ.get("JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+        api_key = judge.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # as litellm would for openai/
         params["client"] = AsyncOpenAI(
-            base_url=judge.base_url or os.environ.get("JUDGE_BASE_URL") or "https://api.openai.com/v1",
+            base_url=judge.base_url or "https://api.openai.com/v1",
             api_key=api_key, max_retries=0, timeout=judge.timeout,
             http_client=httpx.AsyncClient(transport=FenceTolerant(), timeout=judge.timeout),
         )
@@ -188,7 +188,6 @@ class Scorer:
     def __init__(self, skill: Skill, judge: Judge | None):
         self.skill, self.judge = skill, judge
         self.fns = skill_checks(skill)
-        self.check_names = tuple(f.__name__ for f in self.fns)
         self._params, self._params_loop = None, None
 
     @property
