@@ -8,9 +8,8 @@ format checks enforce this skill's stricter style. Correctness checks compare wi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,8 +36,7 @@ BREAKING_FOOTER = re.compile(r"^BREAKING[ -]CHANGE: \S", re.M)
 URL = re.compile(r"[a-z][a-z0-9+.-]*://\S", re.I)
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     header: str
     rest: tuple[str, ...]  # every line after the header (body and footers)
     type: str | None
@@ -46,19 +44,20 @@ class Message:
     subject: str | None
     bang: bool
     breaking_footer: bool
+    body_words: int  # words after the header, outside BREAKING CHANGE footers
 
 
 @lru_cache(maxsize=8192)
 def parse(text: str) -> Message:
     """Split a message as commitlint does: leading/trailing newlines trimmed, the first line is the header."""
-    lines = text.strip("\r\n").replace("\r\n", "\n").split("\n")
-    header, rest = lines[0], tuple(lines[1:])
+    header, _, body = text.strip("\r\n").replace("\r\n", "\n").partition("\n")
+    rest = tuple(body.split("\n")) if _ else ()
     m = HEADER.match(header)
+    footer = "BREAKING" in body and bool(BREAKING_FOOTER.search(body))  # the substring test skips the regex
     return Message(
-        header=header, rest=rest,
-        type=m[1] if m else None, scope=m[2] if m else None, subject=m[3] if m else None,
-        bang=bool(BREAKING_HEADER.match(header)),
-        breaking_footer=bool(BREAKING_FOOTER.search("\n".join(rest))),
+        header, rest, m[1] if m else None, m[2] if m else None, m[3] if m else None,
+        "!:" in header and bool(BREAKING_HEADER.match(header)), footer,
+        sum(len(line.split()) for line in rest if not (footer and BREAKING_FOOTER.match(line))),
     )
 
 
@@ -88,7 +87,8 @@ def commitlint_errors(text: str) -> list[str]:
         errors.append("header-max-length")
     if msg.header != msg.header.strip():
         errors.append("header-trim")
-    if any(_utf16_len(line) > 100 and not URL.search(line) for line in msg.rest):
+    # a line of 50 characters or fewer is at most 100 UTF-16 units: only longer ones need measuring
+    if any(len(line) > 50 and _utf16_len(line) > 100 and not URL.search(line) for line in msg.rest):
         errors.append("body-max-line-length")  # body and footer share the limit and the URL exemption
     return errors
 
@@ -139,7 +139,7 @@ def specific_subject(output: str, task) -> bool | None:
     subject = parse(output).subject
     if not subject:
         return None
-    words = re.findall(r"[\w.-]+", subject.lower())
+    words = [w for w in (w.strip(".,:;!?()[]`'\"") for w in subject.lower().split()) if w]
     return len(words) >= 2 and not all(w in VAGUE for w in words)
 
 
@@ -184,7 +184,7 @@ def body_when_nontrivial(output: str, task) -> bool | None:
     if parse_diff(task.input).changed_lines <= 10:
         return None
     msg = parse(output)
-    return sum(len(line.split()) for line in msg.rest if not BREAKING_FOOTER.match(line)) >= 5
+    return msg.body_words >= 5
 
 
 # ------------------------------------------------------------------ correctness
