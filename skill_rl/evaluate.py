@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .reward import Judge, Scorer
-from .skills import DIMENSIONS, Skill, Task, atomic_write
+from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
 SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
 
@@ -140,17 +140,6 @@ async def _generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int
     return outs[:samples]
 
 
-def read_records(path: Path) -> list[dict]:
-    """Records of an earlier, interrupted --eval; a line cut short by the interruption is dropped."""
-    out = []
-    for raw in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        try:
-            out.append(json.loads(raw))
-        except ValueError:
-            continue
-    return out
-
-
 async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
                    samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
                    timeout: float = 120.0, done: list[dict] = (), sink=None) -> dict:
@@ -253,7 +242,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     out = args.out or Path("results") / skill.name
     out.mkdir(parents=True, exist_ok=True)
     log = out / "records.jsonl"
-    done = read_records(log) if args.resume else []
+    done = read_jsonl(log) if args.resume else []
     if args.resume:
         print(f"resuming: {len({r['task_id'] for r in done})} task(s) already in {log}")
     atomic_write(log, "".join(json.dumps(r) + "\n" for r in done))  # drop a torn last line, or start afresh

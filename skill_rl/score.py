@@ -17,7 +17,7 @@ from typing import TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .reward import Judge, Scorer
-from .skills import Skill, Task, atomic_write
+from .skills import Skill, Task, atomic_write, read_jsonl
 
 
 class Item(BaseModel):
@@ -78,12 +78,7 @@ def finished(out_path: Path, items) -> set[int]:
     """Input lines whose every output already has a record in `out_path`. The file is rewritten (atomically)
     without partial groups and without a torn last line, so appending to it keeps it valid JSONL."""
     sizes = {line: len(outputs) for line, _, outputs, _ in items}
-    records = []
-    for raw in out_path.read_text(errors="replace").splitlines():
-        try:
-            records.append(json.loads(raw))
-        except ValueError:
-            continue  # a line cut short by a crash
+    records = read_jsonl(out_path)
     by_line: dict[int, set] = {}
     for r in records:
         by_line.setdefault(r.get("line"), set()).add(r.get("index"))
@@ -100,7 +95,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO,
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
-               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions, "resumed": len(skip)}
+               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
 
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
         async with gate:

@@ -116,12 +116,13 @@ class Skill:
 
     def fitting(self, tasks: list[Task], context_tokens: int, max_tokens: int) -> tuple[list[Task], str | None]:
         """The tasks whose prompt leaves room for `max_tokens` in the context, and a note naming the others."""
-        keep = [t for t in tasks if self.prompt_tokens(t) <= context_tokens - max_tokens]
-        if len(keep) == len(tasks):
+        keep, skipped = [], []
+        for t in tasks:
+            (keep if self.prompt_tokens(t) <= context_tokens - max_tokens else skipped).append(t)
+        if not skipped:
             return keep, None
-        ids = ", ".join(t.id for t in tasks if t not in keep)
-        return keep, (f"skipping {len(tasks) - len(keep)} task(s) longer than --context-tokens {context_tokens} minus "
-                      f"--max-tokens {max_tokens} (estimated at 3 characters a token): {ids}")
+        return keep, (f"skipping {len(skipped)} task(s) longer than --context-tokens {context_tokens} minus "
+                      f"--max-tokens {max_tokens} (estimated at 3 characters a token): {', '.join(t.id for t in skipped)}")
 
 
 # ---------------------------------------------------------------- SKILL.md
@@ -437,6 +438,17 @@ def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSONL file another run was appending to; a line cut short by a crash is dropped."""
+    out = []
+    for raw in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            continue
+    return out
 
 
 def list_skills(skills_dir: Path) -> list[Path]:
