@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from skill_rl import warmstart
+from skill_rl.cli import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill
 
 HERE = Path(__file__).resolve().parent
@@ -40,14 +42,6 @@ NO_BACKEND = """no way to train was found on this machine. Pick one:
 Without any of them you can still lint a skill (--check), score outputs (--score) and compare
 models on held-out tasks (--eval): none of these needs a GPU."""
 SERVERLESS_MODELS = ("OpenPipe/Qwen3-14B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507")  # W&B docs, 2026-11
-
-
-class Exit(Exception):
-    """A clean, one-message exit with a status code."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -98,6 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--run-name", default=None, help="run to create or resume (default <skill>-<base model>)")
     t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
+    warmstart.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -204,7 +199,7 @@ def fmt(x: float | None) -> str:
     return "  —  " if x is None else f"{x:.3f}"
 
 
-async def train(args, skill, judge) -> int:
+async def train(args, skill, judge, sft) -> int:
     kind = args.backend
     import art
     from art.utils.iterate_dataset import iterate_dataset
@@ -235,7 +230,7 @@ async def train(args, skill, judge) -> int:
             for _ in range(n))
 
     val_results: list = []
-    totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0}
+    totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0, "warm_start_failures": 0}
 
     async def gather(batch_tasks, desc):
         stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0}
@@ -275,12 +270,16 @@ async def train(args, skill, judge) -> int:
         val_results.append((step, groups))
         return mean
 
-    step = await model.get_step()
-    print(f"run {args.project}/{args.run_name}: starting at step {step} of {args.steps} on backend {kind}", flush=True)
     epochs = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks)))
     try:
-        for batch in iterate_dataset(train_tasks, args.groups_per_step, epochs, initial_step=step, use_tqdm=False):
-            if step >= args.steps or stop.is_set():
+        warm = await warmstart.run(args, sft, model, scorer, train_tasks, stop)  # --sft: before the first RL step, once
+        totals["warm_start_failures"] = warm.failures
+        step, last = await model.get_step(), args.steps + warm.steps  # the warm start's checkpoints count as steps
+        if warm.trained:
+            await validate(step)
+        print(f"run {args.project}/{args.run_name}: starting at step {step} of {last} on backend {kind}", flush=True)
+        for batch in iterate_dataset(train_tasks, args.groups_per_step, epochs, initial_step=step - warm.steps, use_tqdm=False):
+            if step >= last or stop.is_set():
                 break
             start = time.perf_counter()
             groups, stats = await gather(batch.items, f"step {step + 1}")
@@ -296,7 +295,7 @@ async def train(args, skill, judge) -> int:
                   f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | rollout errors "
                   f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
                   f"| {time.perf_counter() - start:.2f} s", flush=True)
-            if step % args.eval_every == 0 and step < args.steps:
+            if step % args.eval_every == 0 and step < last:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
             await validate(step)
@@ -321,7 +320,7 @@ async def train(args, skill, judge) -> int:
         print(f"serve it: vllm serve {args.base_model} --enable-lora --lora-modules {model.name}={ckpt}")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
-    return 1 if totals["judge_failures"] or totals["rollout_errors"] or totals["dropped"] else 0
+    return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures")) else 0
 
 
 # ------------------------------------------------------------------ entry point
@@ -354,11 +353,12 @@ def main(argv=None) -> int:
             from skill_rl import evaluate
 
             return evaluate.run(skill, args, make_judge(args))
+        sft = warmstart.prepare(args, skill)  # --sft flags and files: every problem, before anything runs
         args.backend = pick_backend(args.backend)  # no GPU and no keys: guidance, before anything heavy
         judge = make_judge(args)
         args.run_name = args.run_name or f"{skill.name}-{args.base_model.split('/')[-1].lower()}"
         cli.print_config(args, judge)
-        return asyncio.run(train(args, skill, judge))
+        return asyncio.run(train(args, skill, judge, sft))
     except SkillError as e:
         print("\n".join(e.problems), file=sys.stderr)
         return 2

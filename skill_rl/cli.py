@@ -12,6 +12,14 @@ from .skills import DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills
 TEMPLATE = Path(__file__).parent / "template"
 
 
+class Exit(Exception):
+    """A clean, one-message exit with a status code (2: bad input or setup, 1: something failed)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
 def list_skills(skills_dir: Path) -> int:
     console = Console()
     table = Table(title=f"skills in {skills_dir}")
@@ -70,7 +78,8 @@ def print_check(skill: Skill) -> int:
 
 def print_config(args, judge) -> None:
     """The resolved configuration of a run, secrets masked."""
-    shown = {k: v for k, v in vars(args).items() if v not in (None, False, []) and k not in ("judge_api_key", "api_key")}
+    hidden = {"judge_api_key", "api_key"} | ({k for k in vars(args) if k.startswith(("sft_", "teacher"))} if not args.sft else set())
+    shown = {k: v for k, v in vars(args).items() if v not in (None, False, []) and k not in hidden}
     shown["judge"] = judge.public() if judge else "none (checks only)"
     width = max(len(k) for k in shown)
     for k, v in shown.items():

@@ -2,14 +2,16 @@
 
 It implements the members of `art.Backend` that the training loop touches. Inference goes to any
 OpenAI-compatible server (`SKILL_RL_POLICY_BASE_URL`, `SKILL_RL_POLICY_API_KEY`,
-`SKILL_RL_POLICY_MODEL`), and `train` updates no weights: it records what it was given in
-`<model dir>/dryrun.jsonl` and advances the step. Use it to run the whole loop (rollouts, judge,
-logging, validation, resume) on a laptop before paying for GPUs; the tests use it the same way.
+`SKILL_RL_POLICY_MODEL`), and `train` and `_train_sft` (behind `model.train_sft`) update no
+weights: they record what they were given in `<model dir>/dryrun.jsonl` and advance the step. Use
+it to run the whole loop (warm start, rollouts, judge, logging, validation, resume) on a laptop
+before paying for GPUs; the tests use it the same way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -69,6 +71,25 @@ class DryRunBackend:
             f.write(json.dumps(record) + "\n")
         mean = sum(rewards) / len(rewards) if rewards else 0.0
         return TrainResult(step=step, metrics={"loss": 0.0, "dryrun/mean_reward": mean})
+
+    async def _train_sft(self, model, trajectories, config, dev_config, verbose: bool = False):
+        """What `TrainableModel.train_sft` calls: records the examples and the config in `dryrun.jsonl` (an
+        `sft` record) and advances the step, as a checkpoint would. Per batch it yields the metrics it can
+        state truthfully under ART's names; no loss, since nothing is trained."""
+        examples = list(trajectories)
+        size = 2 if config.batch_size == "auto" else config.batch_size  # LocalBackend's default batch size
+        batches = math.ceil(len(examples) / size)
+        for i in range(batches):
+            rates = config.learning_rate
+            yield {"loss/learning_rate": rates[i] if isinstance(rates, list) else rates,
+                   "data/step_num_trajectories": float(len(examples)), "data/step_num_gradient_steps": float(batches)}
+        if not examples:
+            return  # like LocalBackend: no batch, no checkpoint
+        record = {"step": await self._get_step(model) + 1, "sft": {
+            "learning_rate": config.learning_rate, "batch_size": size, "assistant_turns": config.assistant_turns,
+            "examples": [{"metadata": t.metadata, "messages": t.messages()} for t in examples]}}
+        with self._log(model).open("a") as f:
+            f.write(json.dumps(record) + "\n")
 
     async def close(self) -> None:
         return None

@@ -124,8 +124,16 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
 # ------------------------------------------------------------------ the run
 
 
-async def _generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
-                    max_tokens: int, gate: asyncio.Semaphore) -> list[tuple[str, str | None]]:
+def client(ep: Endpoint, timeout: float):
+    """An OpenAI client for one endpoint; it retries 429, 5xx, timeouts and dropped connections twice."""
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout)
+
+
+async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
+                   max_tokens: int, gate: asyncio.Semaphore) -> list[tuple[str, str | None]]:
+    """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message."""
     async with gate:
         completion = await client.chat.completions.create(
             model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
@@ -148,10 +156,8 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
     Tasks that already have records in `done` are skipped; each finished task's records (outputs,
     scores, or the error of a model that failed) are handed to `sink` at once, so an interrupted
     run loses nothing that had finished."""
-    from openai import AsyncOpenAI
-
     scorer = Scorer(skill, judge)
-    clients = {ep.label: AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout) for ep in endpoints}
+    clients = {ep.label: client(ep, timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
     records = list(done)
     finished = {r["task_id"] for r in done}
@@ -159,7 +165,7 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
 
     async def one(task: Task):
         nonlocal judge_failures
-        outs = await asyncio.gather(*(_generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
+        outs = await asyncio.gather(*(generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
                                       for ep in endpoints), return_exceptions=True)
         group, owners, new = [], [], []
         for ep, out in zip(endpoints, outs):

@@ -1,0 +1,371 @@
+"""`--sft`: a supervised warm start before RL, through ART's `TrainableModel.train_sft`.
+
+A base model that rarely produces a valid output gives RL nothing to rank: its groups score alike
+and teach nothing. A short supervised fine-tune on good outputs first gives RL a model to improve.
+Each example is a chat of SKILL.md (system), a train task's input (user) and a good output
+(assistant), from any mix of three sources (`--sft-from`, repeatable):
+
+  references   the tasks' `reference` fields;
+  teacher      `--teacher-samples` outputs per train task from `--teacher SPEC` (as `--eval` takes it);
+  FILE         a JSONL of `{"task_id": ..., "output": ...}`, such as the one a warm start writes.
+
+Nothing is trusted unscored: every candidate, whatever its source, is scored with the training
+scorer (each task's candidates judged as one group) and dropped below `--teacher-min-reward`;
+of the teacher's samples only the best per task is kept. Val tasks never reach SFT. The kept
+examples, with their scores, go to `<run dir>/warmstart.jsonl` (a valid `--sft-from FILE`, so a
+paid teacher is called once), and the run's state (ART's `state.json`) records the warm start:
+it is never applied twice, and one stopped between epochs resumes at the next epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .cli import Exit
+from .evaluate import Endpoint, client, generate, parse_spec
+from .skills import Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display
+
+STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
+EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder
+DEFAULT_MIN_REWARD = 0.8
+DEFAULT_LEARNING_RATE = 5e-5  # art.types.TrainSFTConfig.learning_rate in ART 0.5.23
+SOURCES = ("references", "teacher")
+SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a reward between 0 and 1, got {text!r}")
+    return value
+
+
+def _learning_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a learning rate between 0 and 1, got {text!r}")
+    return value
+
+
+def _batch_size(text: str) -> int | str:
+    return "auto" if text == "auto" else _count(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    w = parser.add_argument_group("warm start (--sft): supervised fine-tuning before the first RL step")
+    w.add_argument("--sft", action="store_true", help="fine-tune on good outputs before RL; once per run (recorded in its state)")
+    w.add_argument("--sft-from", action="append", default=[], metavar="SOURCE",
+                   help="references | teacher | FILE (JSONL of {task_id, output}); repeatable (default references)")
+    w.add_argument("--teacher", metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
+    w.add_argument("--teacher-samples", type=_count, default=4, help="teacher outputs per train task; the best one is kept (default 4)")
+    w.add_argument("--teacher-temperature", type=float, default=1.0, help="teacher sampling temperature (default 1.0)")
+    w.add_argument("--teacher-min-reward", type=_fraction, default=DEFAULT_MIN_REWARD,
+                   help=f"every SFT example, whatever its source, must score at least this reward (default {DEFAULT_MIN_REWARD})")
+    w.add_argument("--sft-epochs", type=_count, default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
+    w.add_argument("--sft-learning-rate", type=_learning_rate, default=DEFAULT_LEARNING_RATE,
+                   help=f"default {DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default")
+    w.add_argument("--sft-batch-size", type=_batch_size, default="auto", help="examples per gradient step, or auto: the backend's default (default auto)")
+
+
+# ------------------------------------------------------------------ before anything runs
+
+
+class Example(BaseModel):
+    """One line of an SFT file: an output for one train task. The scores a warm start writes beside
+    it are accepted and ignored: every output is scored again before it is used."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    task_id: str = Field(min_length=1)
+    output: str = Field(pattern=r"\S")
+    source: str | None = None
+    reward: float | None = None
+    format: float | None = None
+    procedure: float | None = None
+    correctness: float | None = None
+    judged: bool | None = None
+
+
+def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example]:
+    """Every valid line of an SFT file; one message per bad line in `problems`."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        problems.append(_problem(path, None, f"cannot read file: {e.strerror}"))
+        return []
+    out = []
+    for n, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            problems.append(_problem(path, n, f"invalid JSON: {getattr(e, 'msg', None) or e}"))
+            continue
+        try:
+            ex = Example.model_validate(obj)
+        except ValidationError as e:
+            problems.extend(_pydantic_problems(path, e, lambda loc: n))
+            continue
+        task = skill.task(ex.task_id)
+        if task is None:
+            problems.append(_problem(path, n, f"field 'task_id' {ex.task_id!r} is not in {display(skill.path / 'tasks.jsonl')}"))
+        elif task.split != "train":
+            problems.append(_problem(path, n, f"field 'task_id' {ex.task_id!r} is a {task.split} task; only train tasks may reach SFT"))
+        else:
+            out.append(ex)
+    return out
+
+
+@dataclass
+class Plan:
+    """What `--sft` asked for, checked before anything runs."""
+
+    sources: list[str]
+    teacher: Endpoint | None = None
+    from_files: list[Example] = field(default_factory=list)
+
+
+def prepare(args, skill: Skill) -> Plan | None:
+    """Check the warm-start flags and read every `--sft-from FILE`; raise SkillError listing every problem."""
+    problems: list[str] = []
+    if not args.sft:
+        if args.sft_from or args.teacher:
+            raise SkillError(["error: --sft-from and --teacher apply only with --sft"])
+        return None
+    plan = Plan(sources=list(dict.fromkeys(args.sft_from or ["references"])))
+    if args.backend == "tinker":
+        problems.append("error: --sft: ART 0.5.23's Tinker backend cannot fine-tune (its train_sft raises NotImplementedError); use --backend local or serverless")
+    if "teacher" in plan.sources:
+        key = os.environ.get("TEACHER_API_KEY") or args.api_key or os.environ.get("OPENAI_API_KEY")
+        try:
+            plan.teacher = parse_spec(args.teacher or "", args.base_url or os.environ.get("OPENAI_BASE_URL"), key)
+        except ValueError:
+            problems.append(f"error: --sft-from teacher needs --teacher SPEC (a model id, or label=ID@URL), got {args.teacher!r}")
+    elif args.teacher:
+        problems.append("error: --teacher is used only with --sft-from teacher")
+    if "references" in plan.sources and not any(t.reference for t in skill.split("train")):
+        problems.append(f"{display(skill.path / 'tasks.jsonl')}: --sft-from references: no train task has a 'reference'")
+    for source in plan.sources:
+        if source not in SOURCES:
+            plan.from_files += read_examples(Path(source), skill, problems)
+    if problems:
+        raise SkillError(problems)
+    return plan
+
+
+# ------------------------------------------------------------------ candidates, scored
+
+
+@dataclass
+class Candidate:
+    output: str
+    sources: list[str]
+    score: object = None  # rubric.Score, once scored
+
+
+async def sample_teacher(args, plan: Plan, skill: Skill, tasks: list[Task]) -> tuple[dict[str, list[tuple[str, str | None]]], list[str]]:
+    """The teacher's outputs per task id, and one line per task it failed on (after the client's retries)."""
+    ep, gate = plan.teacher, asyncio.Semaphore(args.concurrency)
+    teacher = client(ep, args.request_timeout)
+    try:
+        outs = await asyncio.gather(*(generate(teacher, ep, skill, t, args.teacher_samples, args.teacher_temperature,
+                                               args.max_tokens, gate) for t in tasks), return_exceptions=True)
+    finally:
+        await teacher.close()
+    served = {t.id: o for t, o in zip(tasks, outs) if not isinstance(o, BaseException)}
+    failed = [f"teacher {ep.label}: {t.id}: {type(o).__name__}: {str(o)[:160]}" for t, o in zip(tasks, outs) if isinstance(o, BaseException)]
+    return served, failed
+
+
+async def candidates(args, plan: Plan, skill: Skill, tasks: list[Task], counts: dict) -> tuple[dict[str, list[Candidate]], list[str]]:
+    """Every source's outputs per train task, duplicates merged (same task, same text once stripped)."""
+    by_task: dict[str, list[Candidate]] = {t.id: [] for t in tasks}
+
+    def add(task_id: str, output: str, source: str) -> None:
+        if task_id not in by_task:  # a train task skipped as too long for --context-tokens
+            counts["too long"] += 1
+            return
+        counts[source] += 1
+        same = next((c for c in by_task[task_id] if c.output.strip() == output.strip()), None)
+        if same:
+            counts["duplicates"] += 1
+            same.sources.append(source)
+        else:
+            by_task[task_id].append(Candidate(output, [source]))
+
+    for t in tasks if "references" in plan.sources else []:
+        if t.reference:
+            add(t.id, t.reference, "reference")
+    for ex in plan.from_files:
+        add(ex.task_id, ex.output, "file")
+    failed: list[str] = []
+    if plan.teacher:
+        served, failed = await sample_teacher(args, plan, skill, tasks)
+        for task_id, outs in served.items():
+            for text, finish in outs:
+                if finish == "length":
+                    counts["cut by --max-tokens"] += 1
+                else:
+                    add(task_id, text, "teacher")
+    return by_task, failed
+
+
+def select(cands: list[Candidate], min_reward: float, counts: dict) -> list[Candidate]:
+    """The scored candidates to keep for one task: all that reach `min_reward`, but of those only
+    the teacher proposed, only the best."""
+    keep = [c for c in cands if c.score.reward >= min_reward]
+    counts["below the minimum reward"] += len(cands) - len(keep)
+    teacher_only = [c for c in keep if set(c.sources) == {"teacher"}]
+    best = max(teacher_only, key=lambda c: c.score.reward, default=None)
+    counts["teacher samples below their task's best"] += max(0, len(teacher_only) - 1)
+    return [c for c in keep if c is best or c not in teacher_only]
+
+
+async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dict], int]:
+    """The kept examples as records (task order), and the number of failures (teacher tasks, judge groups)."""
+    counts = dict.fromkeys(("reference", "file", "teacher", "duplicates", "too long", "cut by --max-tokens",
+                            "below the minimum reward", "teacher samples below their task's best"), 0)
+    by_task, failed = await candidates(args, plan, scorer.skill, tasks, counts)
+    for line in failed:
+        print(line, file=sys.stderr, flush=True)
+    gate, judge_failures = asyncio.Semaphore(args.concurrency), 0
+
+    async def score(task: Task):
+        nonlocal judge_failures
+        async with gate:
+            result = await scorer.score(task, [c.output for c in by_task[task.id]])
+        judge_failures += result.judge_failed
+        for c, s in zip(by_task[task.id], result.scores):
+            c.score = s
+
+    await asyncio.gather(*(score(t) for t in tasks if by_task[t.id]))
+    records = [{"task_id": t.id, "output": c.output, "source": "+".join(dict.fromkeys(c.sources)),
+                "reward": round(c.score.reward, 6), "format": c.score.format, "procedure": c.score.procedure,
+                "correctness": c.score.correctness, "judged": c.score.judged}
+               for t in tasks for c in select(by_task[t.id], args.teacher_min_reward, counts)]
+    found = ", ".join(f"{counts[k]} {label}" for k, label in SOURCE_LABELS.items() if counts[k])
+    dropped = ", ".join(f"{v} {k}" for k, v in counts.items() if v and k not in SOURCE_LABELS)
+    print(f"warm start: candidates {found or 'none'}; {len(failed)} teacher task failure(s); "
+          f"{judge_failures} judge failure(s); dropped: {dropped or 'nothing'} (--teacher-min-reward {args.teacher_min_reward:g})")
+    print(f"warm start: kept {len(records)} example(s) for {len({r['task_id'] for r in records})} of {len(tasks)} train tasks", flush=True)
+    return records, len(failed) + judge_failures
+
+
+# ------------------------------------------------------------------ the warm start
+
+
+@dataclass
+class Outcome:
+    steps: int = 0  # ART steps (checkpoints) the warm start took, in this invocation or an earlier one
+    trained: bool = False  # fine-tuned in this invocation
+    failures: int = 0  # teacher tasks and judge groups that failed while collecting examples
+
+
+def _trajectories(skill: Skill, records: list[dict]):
+    import art
+
+    return [art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
+                                                 {"role": "user", "content": skill.task(r["task_id"]).input},
+                                                 {"role": "assistant", "content": r["output"]}],
+                           reward=r["reward"] or 0.0, metadata={"task_id": r["task_id"], "source": r["source"] or "file"})
+            for r in records]
+
+
+def _logged(model, step: int) -> dict:
+    """What ART logged for the SFT checkpoint at `step` (train split; none when the backend logs remotely)."""
+    history = Path(model._get_output_dir()) / "history.jsonl"
+    rows = [json.loads(line) for line in history.read_text().splitlines()] if history.exists() else []
+    return next((r for r in reversed(rows) if r.get("step") == step and "data/step_num_gradient_steps" in r), {})
+
+
+def _fmt(x) -> str:
+    return "  —  " if x is None else f"{x:.3g}"
+
+
+async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event) -> None:
+    """Run the epochs `state` has not done yet, one `train_sft` call (one checkpoint) each."""
+    import art
+
+    examples = _trajectories(skill, records)
+    config = art.TrainSFTConfig(learning_rate=state["learning_rate"], batch_size=state["batch_size"])
+    while state["epochs_done"] < state["epochs"] and not stop.is_set():
+        epoch, start, before = state["epochs_done"] + 1, time.perf_counter(), await model.get_step()
+        order = random.Random(seed + epoch).sample(examples, len(examples))
+        try:
+            await model.train_sft(order, config)
+        except NotImplementedError as e:
+            raise Exit(2, f"--sft: this backend cannot fine-tune in ART 0.5.23: {e}")
+        step = await model.get_step()
+        if step == before:
+            raise Exit(1, f"sft epoch {epoch}: the backend trained nothing (no trainable tokens? examples longer than "
+                          "the model's context are dropped); the run is unchanged")
+        model.merge_state({STATE_KEY: {"epochs_done": epoch, "step": step}})
+        state.update(epochs_done=epoch, step=step)
+        m = _logged(model, step)
+        print(f"sft  {epoch}/{state['epochs']} | step {step} | examples {len(order)} | batches "
+              f"{_fmt(m.get('data/step_num_gradient_steps'))} | loss {_fmt(m.get('loss/train'))} | learning rate "
+              f"{_fmt(m.get('loss/learning_rate'))} | {time.perf_counter() - start:.2f} s", flush=True)
+
+
+async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: asyncio.Event) -> Outcome:
+    """The warm start of this run: done now, resumed, or recorded earlier (its steps offset RL's)."""
+    state = (model.read_state() or {}).get(STATE_KEY)
+    step = await model.get_step()
+    if state and state["step"] < step and state["epochs_done"] < state["epochs"]:
+        state.update(epochs_done=state["epochs_done"] + 1, step=step)  # stopped after train_sft saved, before the record
+    done = bool(state) and state["epochs_done"] >= state["epochs"]
+    if state is None and plan is None:
+        return Outcome()
+    if done or plan is None:
+        if not done:
+            raise Exit(2, f"this run's warm start stopped after epoch {state['epochs_done']} of {state['epochs']}: "
+                          "run the same command with --sft to finish it, or start another --run-name")
+        if plan:
+            print(f"warm start: done earlier in this run ({state['examples']} examples, {state['epochs']} epoch(s)); not again")
+        return Outcome(steps=state["step"] - state["start_step"])
+    path = Path(model._get_output_dir()) / EXAMPLES_FILE
+    failures = 0
+    if state is None:
+        if step > 0:
+            raise Exit(2, f"--sft: run {args.run_name} already has {step} training step(s); a warm start goes before "
+                          "the first RL step: pass another --run-name")
+        records, failures = await collect(args, plan, scorer, tasks)
+        if not records:
+            raise Exit(1, "warm start: no example to fine-tune on; nothing was trained (see the counts above)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, "".join(json.dumps(r) + "\n" for r in records))
+        print(f"warm start: examples and scores in {path} (reuse them: --sft-from {path})")
+        state = {"start_step": step, "step": step, "epochs": args.sft_epochs, "epochs_done": 0, "examples": len(records),
+                 "sources": plan.sources, "learning_rate": args.sft_learning_rate, "batch_size": args.sft_batch_size,
+                 "min_reward": args.teacher_min_reward}
+        model.merge_state({STATE_KEY: state})
+    else:
+        problems: list[str] = []
+        records = [ex.model_dump() for ex in read_examples(path, scorer.skill, problems)]
+        if problems or not records:
+            raise Exit(2, f"cannot resume the warm start: {problems[0] if problems else f'{path} is empty'}")
+        print(f"warm start: resuming at epoch {state['epochs_done'] + 1} of {state['epochs']} ({path})")
+    await _epochs(model, scorer.skill, records, state, args.seed, stop)
+    return Outcome(steps=state["step"] - state["start_step"], trained=True, failures=failures)
