@@ -9,6 +9,7 @@ trains with `backend.train`. The group-relative advantage is GRPO's; unlike text
 reward is a weighted rubric whose judged part is itself relative (RULER ranks the group at once).
 
     python train_skill.py --skill git-commit                    # train (GPU, W&B serverless or Tinker)
+    python train_skill.py --skill git-commit --sft              # a supervised warm start first (see warmstart.py)
     python train_skill.py --skill git-commit --check            # lint the skill and its tasks
     python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
     python train_skill.py --skill git-commit --eval --model gpt-4.1-mini --model local=qwen@http://127.0.0.1:8000/v1

@@ -79,14 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--sft-from", action="append", default=[], metavar="SOURCE",
                    help="references | teacher | FILE (JSONL of {task_id, output}); repeatable (default references)")
     w.add_argument("--teacher", metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
-    w.add_argument("--teacher-samples", type=_count, default=4, help="teacher outputs per train task; the best one is kept (default 4)")
-    w.add_argument("--teacher-temperature", type=float, default=1.0, help="teacher sampling temperature (default 1.0)")
-    w.add_argument("--teacher-min-reward", type=_fraction, default=DEFAULT_MIN_REWARD,
+    w.add_argument("--teacher-samples", type=_count, metavar="K", default=4, help="teacher outputs per train task; the best one is kept (default 4)")
+    w.add_argument("--teacher-temperature", type=float, metavar="T", default=1.0, help="teacher sampling temperature (default 1.0)")
+    w.add_argument("--teacher-min-reward", type=_fraction, metavar="R", default=DEFAULT_MIN_REWARD,
                    help=f"every SFT example, whatever its source, must score at least this reward (default {DEFAULT_MIN_REWARD})")
-    w.add_argument("--sft-epochs", type=_count, default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
-    w.add_argument("--sft-learning-rate", type=_learning_rate, default=DEFAULT_LEARNING_RATE,
+    w.add_argument("--sft-epochs", type=_count, metavar="N", default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
+    w.add_argument("--sft-learning-rate", type=_learning_rate, metavar="LR", default=DEFAULT_LEARNING_RATE,
                    help=f"default {DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default")
-    w.add_argument("--sft-batch-size", type=_batch_size, default="auto", help="examples per gradient step, or auto: the backend's default (default auto)")
+    w.add_argument("--sft-batch-size", type=_batch_size, metavar="N|auto", default="auto", help="examples per gradient step, or auto: the backend's default (default auto)")
 
 
 # ------------------------------------------------------------------ before anything runs
@@ -304,11 +304,11 @@ def _fmt(x) -> str:
     return "  —  " if x is None else f"{x:.3g}"
 
 
-async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event) -> None:
-    """Run the epochs `state` has not done yet, one `train_sft` call (one checkpoint) each."""
+async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event) -> int:
+    """Run the epochs `state` has not done yet, one `train_sft` call (one checkpoint) each; return how many ran."""
     import art
 
-    examples = _trajectories(skill, records)
+    examples, ran = _trajectories(skill, records), 0
     config = art.TrainSFTConfig(learning_rate=state["learning_rate"], batch_size=state["batch_size"])
     while state["epochs_done"] < state["epochs"] and not stop.is_set():
         epoch, start, before = state["epochs_done"] + 1, time.perf_counter(), await model.get_step()
@@ -323,10 +323,41 @@ async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: i
                           "the model's context are dropped); the run is unchanged")
         model.merge_state({STATE_KEY: {"epochs_done": epoch, "step": step}})
         state.update(epochs_done=epoch, step=step)
+        ran += 1
         m = _logged(model, step)
         print(f"sft  {epoch}/{state['epochs']} | step {step} | examples {len(order)} | batches "
               f"{_fmt(m.get('data/step_num_gradient_steps'))} | loss {_fmt(m.get('loss/train'))} | learning rate "
               f"{_fmt(m.get('loss/learning_rate'))} | {time.perf_counter() - start:.2f} s", flush=True)
+    return ran
+
+
+async def _begin(args, plan: Plan, model, scorer, tasks: list[Task], path: Path) -> tuple[list[dict], dict, int]:
+    """Collect and score the examples, write them to `path`, and record the warm start in the run's state."""
+    step = await model.get_step()
+    if step > 0:
+        raise Exit(2, f"--sft: run {args.run_name} already has {step} training step(s); a warm start goes before "
+                      "the first RL step: pass another --run-name")
+    records, failures = await collect(args, plan, scorer, tasks)
+    if not records:
+        raise Exit(1, "warm start: no example to fine-tune on; nothing was trained (see the counts above)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, "".join(json.dumps(r) + "\n" for r in records))
+    print(f"warm start: examples and scores in {path} (reuse them: --sft-from {path})")
+    state = {"start_step": step, "step": step, "epochs": args.sft_epochs, "epochs_done": 0, "examples": len(records),
+             "sources": plan.sources, "learning_rate": args.sft_learning_rate, "batch_size": args.sft_batch_size,
+             "min_reward": args.teacher_min_reward}
+    model.merge_state({STATE_KEY: state})
+    return records, state, failures
+
+
+def _resumed(path: Path, skill: Skill, state: dict) -> list[dict]:
+    """The examples of a warm start that stopped between epochs, as it wrote them."""
+    problems: list[str] = []
+    records = [ex.model_dump() for ex in read_examples(path, skill, problems)]
+    if problems or not records:
+        raise Exit(2, f"cannot resume the warm start: {problems[0] if problems else f'{path} is empty'}")
+    print(f"warm start: resuming at epoch {state['epochs_done'] + 1} of {state['epochs']} ({path})")
+    return records
 
 
 async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: asyncio.Event) -> Outcome:
@@ -345,27 +376,10 @@ async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: a
         if plan:
             print(f"warm start: done earlier in this run ({state['examples']} examples, {state['epochs']} epoch(s)); not again")
         return Outcome(steps=state["step"] - state["start_step"])
-    path = Path(model._get_output_dir()) / EXAMPLES_FILE
-    failures = 0
+    path, failures = Path(model._get_output_dir()) / EXAMPLES_FILE, 0
     if state is None:
-        if step > 0:
-            raise Exit(2, f"--sft: run {args.run_name} already has {step} training step(s); a warm start goes before "
-                          "the first RL step: pass another --run-name")
-        records, failures = await collect(args, plan, scorer, tasks)
-        if not records:
-            raise Exit(1, "warm start: no example to fine-tune on; nothing was trained (see the counts above)")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, "".join(json.dumps(r) + "\n" for r in records))
-        print(f"warm start: examples and scores in {path} (reuse them: --sft-from {path})")
-        state = {"start_step": step, "step": step, "epochs": args.sft_epochs, "epochs_done": 0, "examples": len(records),
-                 "sources": plan.sources, "learning_rate": args.sft_learning_rate, "batch_size": args.sft_batch_size,
-                 "min_reward": args.teacher_min_reward}
-        model.merge_state({STATE_KEY: state})
+        records, state, failures = await _begin(args, plan, model, scorer, tasks, path)
     else:
-        problems: list[str] = []
-        records = [ex.model_dump() for ex in read_examples(path, scorer.skill, problems)]
-        if problems or not records:
-            raise Exit(2, f"cannot resume the warm start: {problems[0] if problems else f'{path} is empty'}")
-        print(f"warm start: resuming at epoch {state['epochs_done'] + 1} of {state['epochs']} ({path})")
-    await _epochs(model, scorer.skill, records, state, args.seed, stop)
-    return Outcome(steps=state["step"] - state["start_step"], trained=True, failures=failures)
+        records = _resumed(path, scorer.skill, state)
+    ran = await _epochs(model, scorer.skill, records, state, args.seed, stop)
+    return Outcome(steps=state["step"] - state["start_step"], trained=ran > 0, failures=failures)

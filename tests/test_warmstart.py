@@ -114,8 +114,9 @@ def teacher_answers(skill):
     return answer
 
 
-def test_teacher_outputs_are_scored_best_per_task_kept_failures_reported_and_the_file_reuses_them(capsys, skills, policy):
+def test_teacher_outputs_are_scored_best_per_task_kept_failures_reported_and_the_file_reuses_them(capsys, skills, policy, monkeypatch):
     skill = load_skill(skills / "git-commit")
+    monkeypatch.setenv("TEACHER_API_KEY", "sk-planted-teacher-key")
     with FakeOpenAI(policy_fn=teacher_answers(skill)) as teacher:
         teacher.policy_faults.append("500")  # the first call fails once and is retried
         code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", "teacher", "--teacher", f"big=gpt@{teacher.url}",
@@ -132,6 +133,8 @@ def test_teacher_outputs_are_scored_best_per_task_kept_failures_reported_and_the
     assert not any(t == "t3" for t, _ in examples)
     kept = Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/warmstart.jsonl")
     assert all(json.loads(line)["source"] == "teacher" for line in kept.read_text().splitlines())
+    assert not any("sk-planted-teacher-key" in text for text in
+                   [out, err, *(f.read_text(errors="replace") for f in Path(".art").rglob("*") if f.is_file())])
 
     code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", str(kept), "--judge", "none", "--steps", "0",
                            "--run-name", "reuse")
