@@ -123,6 +123,9 @@ def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example
         except (ValueError, RecursionError) as e:
             problems.append(_problem(path, n, f"invalid JSON: {getattr(e, 'msg', None) or e}"))
             continue
+        if not isinstance(obj, dict):
+            problems.append(_problem(path, n, f"each line must be a JSON object with task_id and output, got {type(obj).__name__}"))
+            continue
         try:
             ex = Example.model_validate(obj)
         except ValidationError as e:

@@ -151,6 +151,7 @@ def test_bad_sft_file_lines_are_reported_by_line_and_nothing_runs(capsys, skills
         json.dumps({"task_id": "t4", "output": "fix: x"}),
         json.dumps({"task_id": "t0", "output": "fix: x", "ouput": "fix: y"}),
         json.dumps({"task_id": "t0", "output": "  "}),
+        json.dumps(["t0", "fix: x"]),
         json.dumps({"task_id": "t0", "output": "fix: fine"}),
     ]) + "\n")
     with FakeOpenAI() as teacher:
@@ -159,10 +160,10 @@ def test_bad_sft_file_lines_are_reported_by_line_and_nothing_runs(capsys, skills
         assert teacher.requests == [] and policy.requests == []
     assert code == 2 and "Traceback" not in err
     lines = err.strip().splitlines()
-    assert [line.split(": ", 1)[0] for line in lines] == [f"bad.jsonl:{n}" for n in range(1, 7)]
+    assert [line.split(": ", 1)[0] for line in lines] == [f"bad.jsonl:{n}" for n in range(1, 8)]
     assert "field 'output' is required" in lines[1] and "'nope' is not in" in lines[2]
     assert "'t4' is a val task; only train tasks may reach SFT" in lines[3]
-    assert "field 'ouput' is not allowed" in lines[4] and "field 'output'" in lines[5]
+    assert "field 'ouput' is not allowed" in lines[4] and "field 'output'" in lines[5] and "got list" in lines[6]
     assert not Path(".art").exists()
 
 
