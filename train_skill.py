@@ -12,6 +12,7 @@ reward is a weighted rubric whose judged part is itself relative (RULER ranks th
     python train_skill.py --skill git-commit --sft              # a supervised warm start first (see warmstart.py)
     python train_skill.py --skill git-commit --check            # lint the skill and its tasks
     python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
+    python train_skill.py --skill git-commit --tasks-from-git ../repo  # tasks from a repository's history
     python train_skill.py --skill git-commit --eval --model gpt-4.1-mini --model local=qwen@http://127.0.0.1:8000/v1
     python train_skill.py --list | --init NAME
 
@@ -31,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import warmstart
+from skill_rl import mining, warmstart
 from skill_rl.cli import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill
 
@@ -55,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--check", action="store_true", help="validate SKILL.md and tasks.jsonl, print a summary")
     s.add_argument("--score", type=Path, metavar="FILE", help="score the outputs in a JSONL file")
     s.add_argument("--eval", action="store_true", help="compare --model endpoints on the skill's held-out tasks")
-    s.add_argument("--out", type=Path, help="--score: JSONL file (default stdout); --eval: output folder")
+    s.add_argument("--out", type=Path, help="--score: JSONL file (default stdout); --eval: output folder; --tasks-from-git: tasks file")
     s.add_argument("--resume", action="store_true", help="--score/--eval: keep what --out already holds, do only the rest")
 
     j = p.add_argument_group("judge (RULER)")
@@ -71,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     e.add_argument("--base-url", default=None, help="default endpoint for --model (env OPENAI_BASE_URL)")
     e.add_argument("--api-key", default=None, help="key for --base-url (env OPENAI_API_KEY)")
     e.add_argument("--split", choices=("train", "val", "all"), default="val", help="tasks to evaluate on (default val)")
-    e.add_argument("--limit", type=int, default=None, help="evaluate on the first N tasks only")
+    e.add_argument("--limit", type=int, default=None, help="--eval: the first N tasks only; --tasks-from-git: the newest N commits of --rev")
     e.add_argument("--samples", type=int, default=1, help="outputs per model per task (default 1)")
     e.add_argument("--concurrency", type=int, default=8, help="requests in flight per model (default 8)")
 
@@ -94,6 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
     warmstart.add_arguments(p)
+    mining.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -343,6 +345,8 @@ def main(argv=None) -> int:
         if not args.skill:
             raise Exit(2, "pass --skill NAME (see --list), or --list / --init NAME")
         folder = find_skill(args.skills_dir, args.skill)
+        if args.tasks_from_git is not None:
+            return mining.run(load_skill(folder, with_tasks=False), args)
         skill = load_skill(folder)
         if args.check:
             return cli.print_check(skill)

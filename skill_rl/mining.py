@@ -1,0 +1,496 @@
+"""`--tasks-from-git REPO`: a skill's tasks.jsonl mined from a repository's history.
+
+    python train_skill.py --skill git-commit --tasks-from-git ../repo [--rev v1.0..main] [--limit 500]
+
+The skill decides what a commit is worth: its checks.py defines
+
+    def task_from_commit(commit: skill_rl.mining.Commit) -> dict | str
+
+returning a task (`input`, and optionally `expect` and `reference`) or the reason to skip the commit.
+This module owns the rest. It walks the range with `git` (read-only plumbing, a timeout on every
+call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options),
+reads each commit object itself (so no message byte can confuse it), skips merges, leaves binary,
+generated and lock files out of the diff, bounds its size, never mines a commit that touches a
+secret-looking file or whose task matches a secret pattern, drops a task whose input or reference
+an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
+never moves old ones; raising --val-fraction only moves train tasks to val), validates every line
+with the normal task loader, writes the file atomically and prints a count per reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .diffs import Diff, parse_diff
+from .skills import Skill, atomic_write, display, parse_task_line
+
+HOOK = "task_from_commit"
+GIT_TIMEOUT = 60.0  # seconds for any one git call
+MAX_OBJECT_BYTES = 256_000  # a commit object (headers and message) larger than this is skipped
+MAX_FILES = 200  # a commit changing more files than this is skipped before its diff is read
+TASK_KEYS = {"input", "expect", "reference"}
+
+# Every git call: repository config may not change what we read or make git run anything.
+CONFIG = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+          "-c", "color.ui=never", "-c", "log.showSignature=false")
+DIFF = ("-r", "--root", "--no-commit-id", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
+        "--submodule=short", "-O/dev/null")
+PATCH = ("-p", "-U3", "--inter-hunk-context=0", "--diff-algorithm=myers", "--indent-heuristic",
+         "--src-prefix=a/", "--dst-prefix=b/")
+
+LOCKFILES = frozenset("package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml bun.lock bun.lockb cargo.lock "
+                      "poetry.lock pipfile.lock uv.lock pdm.lock gemfile.lock composer.lock go.sum mix.lock "
+                      "pubspec.lock podfile.lock package.resolved flake.lock packages.lock.json gradle.lockfile "
+                      "deno.lock".split())
+GENERATED_PATH = re.compile(r"(^|/)(node_modules|vendor|third_party|dist|__pycache__|\.yarn)/|\.min\.(js|css)$|\.map$"
+                            r"|_pb2(_grpc)?\.pyi?$|\.pb\.(go|cc|h)$|\.g\.dart$|\.generated\.|\.pyc$", re.I)
+GENERATED_MARK = re.compile(r"@generated\b|\bDO NOT EDIT\b|\bauto-?generated\b", re.I)  # in a file's first 5 lines
+SECRET_FILE = re.compile(r"^(\.env.*|.*\.env|\.envrc|.*\.(pem|key|p12|pfx|jks|keystore|crt|cer|der|csr|p8|ppk|gpg|kdbx"
+                         r"|keytab|tfvars|tfstate(\..*)?)|id_(rsa|dsa|ecdsa|ed25519)(\..*)?|[._]netrc|\.npmrc|\.pypirc"
+                         r"|\.pgpass|\.htpasswd|\.git-credentials|\.dockercfg|.*secret.*|.*credential.*"
+                         r"|service[-_]?account.*\.json)$", re.I)
+SECRET_TEXT = re.compile("|".join((
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----",
+    r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key id
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}", r"\bgithub_pat_[A-Za-z0-9_]{22,}", r"\bglpat-[A-Za-z0-9_-]{20,}",
+    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
+    r"\bsk-(proj-|ant-|live-)?[A-Za-z0-9_-]{20,}", r"\b[rs]k_live_[A-Za-z0-9]{16,}",  # OpenAI, Anthropic, Stripe
+    r"\bAIza[0-9A-Za-z_-]{35}", r"\bhf_[A-Za-z0-9]{30,}", r"\bSG\.[\w-]{16,}\.[\w-]{16,}",
+    r"\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.[\w-]{10,}",  # a JSON Web Token
+    r"://[^/\s:@\"']+:[^/\s:@\"']+@",  # credentials in a URL
+    r"(?i:\b(api[_-]?key|secret([_-]?key)?|access[_-]?token|auth[_-]?token|passw(or)?d)\b[\"']?\s*[:=]\s*[\"'][^\"'\s]{8,}[\"'])",
+)))
+BOT = re.compile(r"\[bot\]|\b(dependabot|renovate|greenkeeper|snyk-bot|github-actions|pre-commit-ci|mergify|imgbot"
+                 r"|semantic-release-bot|release-please|allcontributors|depfu|pyup-bot|whitesource)\b", re.I)
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # NUL, escapes, ...: not text a model should learn to write
+REVERT = re.compile(r'^Revert "|^This reverts commit [0-9a-f]{7,}', re.M)
+
+
+class MiningError(Exception):
+    """Bad input or setup: one line, exit 2."""
+
+
+class Skip(Exception):
+    """A commit the core's filters rule out; its message is the reason counted in the report."""
+
+
+class TooLarge(Skip):
+    """git wrote more than the caller wanted to read."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("tasks from git history (--tasks-from-git; --out and --limit apply too)")
+    g.add_argument("--tasks-from-git", metavar="REPO", help="mine tasks for --skill from this git repository's commits")
+    g.add_argument("--rev", default="HEAD", metavar="RANGE", help="revision or range to walk, e.g. v1.0..main (default HEAD)")
+    g.add_argument("--val-fraction", type=float, default=0.2, help="share of commits (by a hash of the sha) put in val (default 0.2)")
+    g.add_argument("--max-diff-chars", type=int, default=12_000, help="skip commits whose diff is longer (default 12000)")
+    g.add_argument("--force", action="store_true", help="replace --out when it exists")
+
+
+# ------------------------------------------------------------------ git
+
+
+def _env(repo: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # no GIT_DIR etc. from the caller
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_NO_REPLACE_OBJECTS="1", GIT_TERMINAL_PROMPT="0",
+               GIT_OPTIONAL_LOCKS="0", GIT_LITERAL_PATHSPECS="1", GIT_PAGER="cat", PAGER="cat", LC_ALL="C",
+               GIT_CEILING_DIRECTORIES=str(repo.parent))  # REPO itself, not a repository somewhere above it
+    return env
+
+
+class Repo:
+    """Read-only access to one repository through git plumbing."""
+
+    def __init__(self, path: str | Path, max_chars: int = 12_000, timeout: float = GIT_TIMEOUT):
+        self.path, self.max_chars, self.timeout = Path(path).resolve(), max_chars, timeout
+        if not self.path.is_dir():
+            raise MiningError(f"{path}: not a directory")
+        self.env = _env(self.path)
+        try:
+            self.git("rev-parse", "--git-dir")
+        except Skip as e:
+            raise MiningError(f"{path}: not a git repository ({e})")
+
+    def git(self, *args: str, cap: int = 1 << 28) -> bytes:
+        """git's stdout; Skip when it fails, times out or writes more than `cap` bytes."""
+        with tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(["git", "--no-pager", "-C", str(self.path), *CONFIG, *args], env=self.env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+            except OSError as e:
+                raise MiningError(f"cannot run git: {e.strerror}")
+            killed = threading.Event()
+            timer = threading.Timer(self.timeout, lambda: (killed.set(), proc.kill()))
+            timer.start()
+            try:
+                out = proc.stdout.read(cap + 1)
+                if len(out) > cap:
+                    proc.kill()
+            finally:
+                timer.cancel()
+                proc.stdout.close()
+                proc.wait()
+            if killed.is_set():
+                raise Skip(f"git {args[0]} took over {self.timeout:g} s")
+            if len(out) > cap:
+                raise TooLarge(f"git {args[0]} wrote over {cap:,} bytes")
+            if proc.returncode:
+                err.seek(0)
+                first = err.read(2000).decode(errors="replace").strip().splitlines()
+                raise Skip(first[0] if first else f"git {args[0]} exited {proc.returncode}")
+        return out
+
+    def revisions(self, rev: str, limit: int | None) -> list[str]:
+        """The commits of `rev`, oldest first; with `limit`, only the newest `limit` of them."""
+        count = [f"--max-count={limit}"] if limit else []
+        try:
+            out = self.git("rev-list", "--reverse", *count, "--end-of-options", rev, "--")
+        except Skip as e:
+            raise MiningError(f"{display(self.path)}: cannot walk --rev {rev!r}: {e}")
+        shas = out.decode("ascii", errors="replace").split()
+        if not shas:
+            raise MiningError(f"{display(self.path)}: --rev {rev!r} holds no commits")
+        return shas
+
+    def commits(self, shas: list[str]):
+        """A Commit per sha, read with `git cat-file --batch` 500 at a time."""
+        for i in range(0, len(shas), 500):
+            chunk = shas[i : i + 500]
+            proc = subprocess.Popen(["git", "--no-pager", "-C", str(self.path), *CONFIG, "cat-file", "--batch"],
+                                    env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            proc.stdin.write("".join(s + "\n" for s in chunk).encode())  # at most 33 kB: fits the pipe
+            proc.stdin.close()
+            timer = threading.Timer(self.timeout * 10, proc.kill)
+            timer.start()
+            try:
+                for sha in chunk:
+                    yield Commit.parse(self, sha, _read_object(proc.stdout, sha))
+            finally:
+                timer.cancel()
+                proc.kill()
+                proc.wait()
+
+
+def _read_object(out, sha: str) -> bytes | None:
+    """One object from `cat-file --batch`: its bytes, or None when it is too large to be a commit we mine."""
+    header = out.readline(200).split()
+    if len(header) != 3 or header[0].decode(errors="replace") != sha or header[1] != b"commit":
+        raise MiningError(f"git cat-file gave no commit for {sha} (killed after a timeout, or the repository is damaged)")
+    left = int(header[2]) + 1  # the object and a newline
+    if left > MAX_OBJECT_BYTES:
+        while left > 0 and (chunk := out.read(min(left, 1 << 20))):
+            left -= len(chunk)
+        return None
+    data = out.read(left)
+    if len(data) != left:
+        raise MiningError(f"git cat-file stopped in the middle of {sha} (killed after a timeout?)")
+    return data[:-1]
+
+
+# ------------------------------------------------------------------ a commit, as a hook sees it
+
+
+@dataclass
+class FileChange:
+    path: str  # the new path (the old one for a deletion); renames show as a deletion and an addition
+    status: str  # A added, D deleted, M modified, T type changed
+    added: int | None  # lines; None for a binary file
+    removed: int | None
+    excluded: str | None = None  # why `Commit.diff` leaves it out: binary, lockfile, generated, submodule
+
+
+@dataclass
+class Commit:
+    """One commit, as `task_from_commit` receives it. `files`, `diff` and `parsed` (`diff` read by
+    skill_rl.diffs.parse_diff) run git on first use, so a hook that rejects a commit by its message
+    costs no diff. Reading `diff` raises Skip, which the core counts, when the diff is over the size
+    bound, not UTF-8, empty, or only binary, generated or lock files."""
+
+    repo: Repo = field(repr=False)
+    sha: str
+    parents: tuple[str, ...]
+    author: str  # "Name <email>"
+    message: str
+    skip: str | None = None  # a reason the core skips it before the hook sees it
+
+    @classmethod
+    def parse(cls, repo: Repo, sha: str, raw: bytes | None) -> Commit:
+        if raw is None:
+            return cls(repo, sha, (), "", "", skip=f"commit object over {MAX_OBJECT_BYTES:,} bytes")
+        head, _, body = raw.partition(b"\n\n")
+        headers = [line.split(b" ", 1) for line in head.split(b"\n") if line and not line.startswith(b" ")]
+        parents = tuple(v.decode("ascii", errors="replace") for k, v in headers if k == b"parent")
+        author = next((v for k, v in headers if k == b"author"), b"").decode(errors="replace").rsplit(">", 1)[0] + ">"
+        encoding = next((v for k, v in headers if k == b"encoding"), b"UTF-8").decode("ascii", errors="replace")
+        try:
+            message = body.decode(encoding)
+        except (LookupError, UnicodeDecodeError):
+            return cls(repo, sha, parents, author, "", skip=f"message is not valid {encoding}")
+        if CONTROL.search(message):
+            return cls(repo, sha, parents, author, "", skip="message holds control characters")
+        return cls(repo, sha, parents, author, message, skip="merge" if len(parents) > 1 else None)
+
+    @property
+    def bot(self) -> bool:
+        """The author is a bot (dependabot, renovate, a `[bot]` account, ...)."""
+        return bool(BOT.search(self.author))
+
+    @property
+    def reverts(self) -> bool:
+        """The message is git's revert message."""
+        return bool(REVERT.search(self.message))
+
+    @cached_property
+    def files(self) -> tuple[FileChange, ...]:
+        """Every file the commit changes, each marked with why `diff` leaves it out, if it does."""
+        return _files(self.repo.git("diff-tree", *DIFF, "--raw", "--numstat", "-z", self.sha, cap=1 << 24))
+
+    @cached_property
+    def diff(self) -> str:
+        """`git diff` of the commit over the files not excluded, at most --max-diff-chars characters."""
+        return _diff(self, [f for f in self.files if f.excluded is None])
+
+    @cached_property
+    def parsed(self) -> Diff:
+        return parse_diff(self.diff)
+
+
+def _exclusion(path: str, raw_mode: str, binary: bool) -> str | None:
+    name = path.rsplit("/", 1)[-1].lower()
+    if raw_mode == "160000":
+        return "submodule"
+    if name in LOCKFILES or name.endswith((".lock", ".lockb")):
+        return "lockfile"
+    if GENERATED_PATH.search(path):
+        return "generated"
+    return "binary" if binary else None
+
+
+def _files(out: bytes) -> tuple[FileChange, ...]:
+    """Parse `diff-tree --raw --numstat -z`: raw records (`:modes shas status` NUL path), then `added TAB removed TAB path`."""
+    fields, raw, files = out.split(b"\0"), {}, []
+    i = 0
+    while i < len(fields):
+        f = fields[i]
+        if f.startswith(b":"):
+            meta = f[1:].split()
+            raw[fields[i + 1]] = (meta[1] if meta[1] != b"000000" else meta[0]).decode(), meta[4][:1].decode()
+            i += 2
+            continue
+        if f:
+            added, removed, path = f.split(b"\t", 2)
+            mode, status = raw.get(path, ("100644", "M"))
+            binary = added == b"-"
+            name = path.decode(errors="surrogateescape")
+            files.append(FileChange(name, status, None if binary else int(added), None if binary else int(removed),
+                                    _exclusion(name, mode, binary)))
+        i += 1
+    return tuple(files)
+
+
+def _diff(commit: Commit, kept: list[FileChange]) -> str:
+    limit = commit.repo.max_chars
+    if not commit.files:
+        raise Skip("no changes")
+    if not kept:
+        raise Skip("only binary, generated or lock files")
+    if len(kept) > MAX_FILES or sum(f.added + f.removed for f in kept) * 2 > limit:
+        raise Skip(f"diff over {limit:,} characters")
+    try:
+        data = commit.repo.git("diff-tree", *DIFF, *PATCH, commit.sha, "--", *(f.path for f in kept), cap=4 * limit)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Skip("diff is not valid UTF-8")
+    except TooLarge:
+        raise Skip(f"diff over {limit:,} characters")
+    if len(text) > limit:
+        raise Skip(f"diff over {limit:,} characters")
+    sections = re.split(r"(?m)^(?=diff --git )", text)[1:]
+    if len(sections) != len(kept):
+        raise Skip("git printed a diff this reader does not follow")
+    for f, section in zip(kept, sections):
+        if _generated_header(section):
+            f.excluded = "generated"
+    text = "".join(s for f, s in zip(kept, sections) if f.excluded is None)
+    if not text:
+        raise Skip("only binary, generated or lock files")
+    return text
+
+
+def _generated_header(section: str) -> bool:
+    """The file's first five lines, as far as the diff shows them, carry a 'generated, do not edit' mark."""
+    m = re.search(r"(?m)^@@ -\S+ \+(\d+)(?:,\d+)? @@.*\n", section)
+    if not m or int(m[1]) > 5:
+        return False
+    lines = [ln for ln in section[m.end():].split("\n") if ln[:1] in (" ", "+")][: 6 - int(m[1])]
+    return any(GENERATED_MARK.search(ln) for ln in lines)
+
+
+# ------------------------------------------------------------------ mining
+
+
+def split_of(sha: str, val_fraction: float) -> str:
+    """'val' for a fixed, hash-chosen share of commits: the same sha always lands in the same split."""
+    h = int.from_bytes(hashlib.sha256(f"skill-rl split {sha}".encode()).digest()[:8], "big") / 2**64
+    return "val" if h < val_fraction else "train"
+
+
+def secret_reason(commit: Commit, task: dict) -> str | None:
+    """Why the task must not be written: the commit touches a secret-looking file, or a secret pattern
+    matches its message or the task's text. The whole commit is skipped, not just the file."""
+    if any(SECRET_FILE.match(f.path.rsplit("/", 1)[-1]) for f in commit.files):
+        return "touches a secret-looking file (never mined)"
+    texts = (task["input"], task.get("reference"), json.dumps(task.get("expect"), default=str), commit.message)
+    if any(isinstance(t, str) and SECRET_TEXT.search(t) for t in texts):
+        return "matches a secret pattern (never mined)"
+    return None
+
+
+@dataclass
+class Mined:
+    lines: list[str] = field(default_factory=list)
+    splits: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    left_out: Counter = field(default_factory=Counter)  # files left out of kept tasks' diffs, by reason
+    errors: list[str] = field(default_factory=list)  # the hook raised
+    commits: int = 0
+
+
+def _candidate(commit: Commit, hook, mined: Mined) -> dict | str:
+    """The hook's task for `commit`, or the reason it is skipped."""
+    if commit.skip:
+        return commit.skip
+    try:
+        got = hook(commit)
+    except Skip as e:
+        return str(e)
+    except Exception as e:  # the skill's own code: count it, show the first few, carry on, exit 1
+        if len(mined.errors) < 3:
+            mined.errors.append(f"{HOOK} raised on commit {commit.sha[:12]}: {type(e).__name__}: {str(e)[:200]}")
+        return f"{HOOK} raised an error"
+    if isinstance(got, str) and got.strip():
+        return got.strip().splitlines()[0][:100]
+    if not isinstance(got, dict) or not {"input"} <= set(got) <= TASK_KEYS:
+        raise MiningError(f"{HOOK} must return a reason string or a dict with 'input' and optionally 'expect' and "
+                          f"'reference'; got {str(got)[:80]!r} for commit {commit.sha[:12]}")
+    try:
+        return secret_reason(commit, got) or got
+    except Skip as e:
+        return str(e)
+
+
+def _line(task: dict, sha: str, out: Path, expect_model, mined: Mined) -> str | None:
+    """The task as a tasks.jsonl line, if the normal task loader accepts it."""
+    try:
+        line = json.dumps(task, ensure_ascii=False)
+        raw = line.encode("utf-8")
+    except (TypeError, ValueError) as e:  # not JSON, or lone surrogates from a path that is not UTF-8
+        raise MiningError(f"{HOOK} returned a task that is not JSON text for commit {sha[:12]}: {e}")
+    problems: list[str] = []
+    if parse_task_line(out, len(mined.lines) + 1, raw, expect_model, problems) is not None:
+        return line
+    mined.skipped["rejected by the task loader"] += 1
+    if len(mined.errors) < 3:
+        mined.errors.append(f"commit {sha[:12]}: {problems[0]}")
+    return None
+
+
+def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: float) -> Mined:
+    """Every commit through the hook and the core's filters; the accepted tasks as JSONL lines, oldest first."""
+    hook, expect_model = getattr(skill.checks, HOOK), getattr(skill.checks, "Expect", None)
+    mined, seen, ids = Mined(), set(), set()
+    for commit in repo.commits(shas):
+        mined.commits += 1
+        got = _candidate(commit, hook, mined)
+        if isinstance(got, str):
+            mined.skipped[got] += 1
+            continue
+        task_id = f"git-{commit.sha[:12]}" if f"git-{commit.sha[:12]}" not in ids else f"git-{commit.sha}"
+        task = {"id": task_id, **{k: v for k, v in got.items() if v is not None}, "split": split_of(commit.sha, val_fraction)}
+        line = _line(task, commit.sha, out, expect_model, mined)
+        if line is None:
+            continue
+        keys = {("input", task["input"]), ("reference", task.get("reference"))} - {("reference", None)}
+        if keys & seen:  # an older commit gave the same diff or the same message
+            mined.skipped["same input or reference as an older commit"] += 1
+            continue
+        seen |= keys
+        ids.add(task_id)
+        mined.lines.append(line)
+        mined.splits[task["split"]] += 1
+        mined.left_out.update(f.excluded for f in commit.files if f.excluded)
+    return mined
+
+
+# ------------------------------------------------------------------ the command
+
+
+def default_out(skill: Skill, repo: str) -> Path:
+    slug = re.sub(r"[^a-z0-9._-]+", "-", Path(repo).resolve().name.lower()).strip("-.") or "repo"
+    return skill.path / f"tasks-from-{slug}.jsonl"
+
+
+def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
+    if skill.checks is None or not callable(getattr(skill.checks, HOOK, None)):
+        raise MiningError(f"skill {skill.name!r} cannot mine tasks: its checks.py defines no {HOOK}(commit) "
+                          "(see the README, 'Tasks from your history')")
+    if not 0 <= args.val_fraction < 1:
+        raise MiningError(f"--val-fraction must be at least 0 and below 1, got {args.val_fraction}")
+    if (args.limit is not None and args.limit < 1) or args.max_diff_chars < 1:
+        raise MiningError("--limit and --max-diff-chars must be at least 1")
+    if not args.tasks_from_git.strip() or not args.rev.strip() or "\0" in args.rev:
+        raise MiningError("--tasks-from-git and --rev must not be empty")
+    out = args.out or default_out(skill, args.tasks_from_git)
+    if out.is_dir() or not out.parent.is_dir():
+        raise MiningError(f"--out {out}: must be a file in an existing folder")
+    if out.exists() and not args.force:
+        raise MiningError(f"{display(out)} exists; pass --force to replace it, or --out another file")
+    repo = Repo(args.tasks_from_git, max_chars=args.max_diff_chars)
+    return repo, repo.revisions(args.rev, args.limit), out
+
+
+def run(skill: Skill, args) -> int:
+    """Mine, write, report. Exit 0 with tasks written, 1 when none came out or the hook failed, 2 for bad input."""
+    try:
+        repo, shas, out = _setup(skill, args)
+        mined = mine(repo, shas, skill, out, args.val_fraction)
+    except MiningError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if mined.lines:
+        try:
+            atomic_write(out, "\n".join(mined.lines) + "\n")
+        except OSError as e:
+            print(f"error: cannot write {display(out)}: {e.strerror}", file=sys.stderr)
+            return 2
+    print(report(mined, args, out))
+    for line in mined.errors:
+        print(line, file=sys.stderr)
+    return 0 if mined.lines and not mined.errors else 1
+
+
+def report(mined: Mined, args, out: Path) -> str:
+    where = f"{args.tasks_from_git} --rev {args.rev}" + (f" --limit {args.limit}" if args.limit else "")
+    n = len(mined.lines)
+    head = (f"{n} tasks ({mined.splits['train']} train, {mined.splits['val']} val) -> {display(out)}" if n
+            else "no tasks: nothing written")
+    lines = [f"mined {mined.commits} commits of {where}: {head}"]
+    if mined.skipped:
+        lines.append(f"skipped {sum(mined.skipped.values())} commits:")
+        lines += [f"  {count:>6}  {reason}" for reason, count in mined.skipped.most_common()]
+    if mined.left_out:
+        lines.append("files left out of the kept tasks' diffs: "
+                     + ", ".join(f"{count} {reason}" for reason, count in mined.left_out.most_common()))
+    return "\n".join(lines)
