@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(.*)$")
 
 
 @dataclass
@@ -73,3 +74,59 @@ def parse_diff(text: str) -> Diff:
             new_line = int(m[3])
             new_left = int(m[4]) if m[4] is not None else 1
     return Diff(files)
+
+
+def _swap_side(path: str, prefix: str) -> str:
+    """`b/x` as the other side's `a/x` (quoted paths too); /dev/null stays."""
+    quote = '"' if path.startswith('"') else ""
+    bare = path[len(quote):]
+    return path if path == "/dev/null" else quote + prefix + (bare[2:] if bare[:2] in ("a/", "b/") else bare)
+
+
+def _reverse_header(line: str, pending: dict) -> list[str]:
+    """One file-header line of a patch, reversed; '---' and 'old mode' wait for the line they pair with."""
+    if line.startswith("--- "):
+        pending["---"] = line[4:]
+        return []
+    if line.startswith("+++ ") and "---" in pending:
+        return [f"--- {_swap_side(line[4:], 'a/')}", f"+++ {_swap_side(pending.pop('---'), 'b/')}"]
+    if m := INDEX.match(line):
+        return [f"index {m[2]}..{m[1]}{m[3]}"]
+    if line.startswith(("new file mode ", "deleted file mode ")):
+        return ["deleted" + line[3:] if line.startswith("new") else "new" + line[7:]]
+    if line.startswith("old mode "):
+        pending["old mode"] = line[9:]
+        return []
+    if line.startswith("new mode ") and "old mode" in pending:
+        return [f"old mode {line[9:]}", f"new mode {pending.pop('old mode')}"]
+    return [line]
+
+
+def reverse_diff(text: str) -> str:
+    """The patch that undoes `text`, a git patch without renames: '+' and '-' lines (a run of changes still
+    lists its removals first), hunk ranges, blob ids, modes and the /dev/null side all swap."""
+    out: list[str] = []
+    minus: list[str] = []
+    plus: list[str] = []
+    last, pending, in_hunk = None, {}, False
+    for line in text.split("\n"):
+        tag = line[:1]
+        if in_hunk and tag in ("+", "-", "\\"):
+            if tag == "\\":  # "\ No newline at end of file" stays after the line it describes
+                (last if last is not None else out).append(line)
+            else:
+                last = minus if tag == "+" else plus
+                last.append(("-" if tag == "+" else "+") + line[1:])
+            continue
+        out += minus + plus
+        minus, plus, last = [], [], None
+        if m := HUNK.match(line):
+            in_hunk = True
+            old, new = m[1] + (f",{m[2]}" if m[2] is not None else ""), m[3] + (f",{m[4]}" if m[4] is not None else "")
+            out.append(f"@@ -{new} +{old} @@{line[m.end():]}")
+        elif in_hunk and not line.startswith("diff --git "):
+            out.append(line)
+        else:
+            in_hunk = False
+            out += _reverse_header(line, pending)
+    return "\n".join(out + minus + plus)
