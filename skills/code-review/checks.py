@@ -19,7 +19,7 @@ from skill_rl.rubric import check
 LABELS = ("praise", "nitpick", "suggestion", "issue", "todo", "question", "thought", "chore", "note",
           "typo", "polish", "quibble")
 KINDS = ("off-by-one", "null-handling", "injection", "leaked-secret", "race", "resource-leak",
-         "swallowed-error", "missing-test", "performance", "wrong-api")
+         "swallowed-error", "missing-test", "performance", "wrong-api", "other")
 SECTIONS = ("summary", "findings", "verdict")
 VERDICTS = ("approve", "request-changes")
 
@@ -206,3 +206,92 @@ def no_false_alarms(output: str, task) -> bool | None:
     if task.expect is None or task.expect.defects:
         return None
     return not any(f.blocking for f in parse(output).findings)
+
+
+# ================================================================== tasks from git history
+# `python train_skill.py --skill code-review --tasks-from-git REPO` calls `task_from_commit` once per
+# non-merge commit (skill_rl/mining.py walks the history, bounds and filters the diff, dedups,
+# splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
+
+from skill_rl.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)
+
+FIX = re.compile(r"^fix(\([^()\n]*\))?!?: \S")
+NOT_A_CODE_FIX = re.compile(r"^fix\((docs?|tests?|ci|lint|style|typos?|readme|changelog|deps|build)\)|\b(typos?|spelling"
+                            r"|misspel\w*|comments?|docstrings?|readme|changelog|lint(er|ing)?|wording|flaky|tests?)\b", re.I)
+SOURCE = frozenset("py js jsx ts tsx mjs cjs go rs java kt kts scala c h cc cpp cxx hpp hh cs rb php swift m mm dart "
+                   "ex exs erl hs ml clj lua pl sh bash sql r jl vue svelte zig nim groovy".split())
+CITABLE = re.compile(r"[\w./-]+\.[A-Za-z0-9]+")  # a path the Findings format can cite as file:line
+MAX_FIX_LINES = 20
+HUNK_START = re.compile(r"^@@ -(\d+)")
+KIND_HINTS = ((re.compile(r"off[- ]by[- ]one|fencepost", re.I), "off-by-one"),
+              (re.compile(r"\b(None|null|nil|NULL|NoneType|NullPointerException|NPE)\b"), "null-handling"),
+              (re.compile(r"\b(sql|command|shell) injection|\bxss\b", re.I), "injection"),
+              (re.compile(r"\brace condition|\bdata race", re.I), "race"),
+              (re.compile(r"\b(memory|fd|file|handle|connection|socket|goroutine) leak", re.I), "resource-leak"))
+
+
+def fixed_ranges(diff: str) -> list[tuple[int, int]]:
+    """Old-file line ranges a one-file fix changed, one per run of changed lines: the removed lines, or, for a
+    run that only adds lines, the lines on either side of the insertion point."""
+    ranges, run, inserted_at, old = [], [], None, 0
+
+    def close():
+        if run:
+            ranges.append((run[0], run[-1]))
+        elif inserted_at is not None:
+            ranges.append((max(inserted_at - 1, 1), inserted_at))
+
+    for line in diff.split("\n"):
+        m = HUNK_START.match(line)
+        if m or (line[:1] == " " and old):
+            close()
+            run, inserted_at = [], None
+            old = int(m[1]) if m else old + 1
+        elif line[:1] == "-" and old:  # old is 0 until the first hunk: the ---/+++ header is not a change
+            run.append(old)
+            old += 1
+        elif line[:1] == "+" and old and inserted_at is None:
+            inserted_at = old
+    close()
+    return ranges
+
+
+def _kind(message: str) -> str:
+    """A defect kind only where the fix's message names it unmistakably; otherwise the generic 'other'."""
+    return next((kind for pattern, kind in KIND_HINTS if pattern.search(message)), "other")
+
+
+def _shown(diff, path: str, start: int, end: int) -> list[int] | None:
+    """[start, end], or the one end of it that the diff shows (an insertion at the end of a file has no line after)."""
+    return next(([a, b] for a, b in ((start, end), (end, end), (start, start)) if diff.has_lines(path, a, b)), None)
+
+
+def task_from_commit(commit) -> dict | str:
+    """A review task from a small `fix:` commit that modifies one source file in one or two hunks: the fix
+    reversed, so the diff reintroduces the bug; `expect.defects` are the reintroduced lines (new-file numbers)."""
+    header = commit.message.strip().split("\n")[0]
+    if not FIX.match(header):
+        return "not a fix: commit"
+    if commit.bot:
+        return "bot author"
+    if NOT_A_CODE_FIX.search(header):
+        return "a fix of docs, tests, style or typos"
+    if len(commit.files) != 1 or commit.files[0].status != "M" or commit.files[0].excluded:
+        return "fix does not modify exactly one text file"
+    path = commit.files[0].path
+    if not CITABLE.fullmatch(path) or path.rsplit(".", 1)[-1].lower() not in SOURCE:
+        return "fix is not in a source file a review can cite"
+    hunks = commit.diff.split("\n@@ ")[1:]
+    if not 0 < commit.parsed.changed_lines <= MAX_FIX_LINES or not 1 <= len(hunks) <= 2:
+        return f"fix is not 1-2 hunks of at most {MAX_FIX_LINES} changed lines"
+    body = [ln for hunk in hunks for ln in hunk.split("\n")[1:]]
+    if "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "-") == \
+            "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "+"):
+        return "whitespace-only fix"
+    review_input = reverse_diff(commit.diff)
+    shown, kind = parse_diff(review_input), _kind(commit.message)
+    lines = [_shown(shown, path, a, b) for a, b in fixed_ranges(commit.diff)]
+    if not lines or None in lines:
+        return "reintroduced lines are not all shown in the diff"
+    defects = [{"file": path, "lines": span, "kind": kind} for span in lines]
+    return {"input": review_input, "expect": {"verdict": "request-changes", "defects": defects}}

@@ -213,3 +213,50 @@ def breaking_right(output: str, task) -> bool | None:
         return None
     msg = parse(output)
     return msg.type is not None and (msg.bang or msg.breaking_footer) == task.expect.breaking
+
+
+# ================================================================== tasks from git history
+# `python train_skill.py --skill git-commit --tasks-from-git REPO` calls `task_from_commit` once per
+# non-merge commit (skill_rl/mining.py walks the history, bounds and filters the diff, dedups,
+# splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
+
+PR_SUFFIX = re.compile(r"(\s+\(#\d+\))+$")  # GitHub's squash-merge suffix: "fix: parse dates (#123)"
+TRAILER = re.compile(
+    r"^((signed-off-by|co-authored-by|reviewed-by|reviewed-on|acked-by|tested-by|reported-by|suggested-by|helped-by"
+    r"|change-id|pr-url|pull-request)\s*:.*|(close[sd]?|fix(e[sd])?|resolve[sd]?|refs?|see)\b\s*:?\s*[\w./-]*#\d+.*"
+    r"|\(cherry picked from commit [0-9a-f]+\))$", re.I)
+
+
+def reference_message(message: str) -> str:
+    """The message as a model could write it from the diff alone: without the PR number on the header and
+    without the last paragraph's trailers that name people, reviews, change ids or tickets."""
+    lines = message.replace("\r\n", "\n").strip("\n").split("\n")
+    lines[0] = PR_SUFFIX.sub("", lines[0])
+    last_blank = max((i for i, line in enumerate(lines) if not line.strip()), default=None)
+    if last_blank is not None:
+        lines = lines[: last_blank + 1] + [ln for ln in lines[last_blank + 1 :] if not TRAILER.match(ln.strip())]
+    return "\n".join(lines).rstrip()
+
+
+def task_from_commit(commit) -> dict | str:
+    """A task from a commit whose message passes `conventional`: the diff is the input, the message the
+    reference, and `expect` comes from its header (type; scope when Expect accepts it; breaking from `!`
+    or a BREAKING CHANGE footer). Bots, reverts and messages commitlint rejects are skipped."""
+    if commit.bot:
+        return "bot author"
+    if commit.reverts:
+        return "revert"
+    message = reference_message(commit.message)
+    if not conventional(message, None):
+        return "not a Conventional Commit"
+    msg = parse(message)
+    if msg.type == "revert":
+        return "revert"
+    expect = {"type": msg.type, "breaking": msg.bang or msg.breaking_footer}
+    scope = (msg.scope or "").strip().lower()
+    try:
+        Expect(**expect, scope=scope)
+        expect["scope"] = scope
+    except ValueError:  # no scope, or one the skill's rule rejects ("api,cli", "*"): the task names none
+        pass
+    return {"input": commit.diff, "expect": expect, "reference": message}
