@@ -1,0 +1,363 @@
+"""--tasks-from-git: which commits of a scripted repository become tasks, with what `expect`, in which split."""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skill_rl.diffs import parse_diff, reverse_diff
+from skill_rl.mining import split_of
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PERSON = ("Ada Lovelace", "ada@example.com")
+
+
+class Scripted:
+    """A repository built commit by commit, with fixed names and dates so that its shas never change."""
+
+    def __init__(self, path: Path):
+        self.path, self.n, self.shas = path, 0, {}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        self.env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C", GIT_AUTHOR_NAME=PERSON[0],
+                        GIT_AUTHOR_EMAIL=PERSON[1], GIT_COMMITTER_NAME=PERSON[0], GIT_COMMITTER_EMAIL=PERSON[1])
+        path.mkdir()
+        self.git("init", "-q", "-b", "main")
+
+    def git(self, *args, input=None, env=None) -> str:
+        run = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=self.path, input=input,
+                             env={**self.env, **(env or {})}, capture_output=True, check=True)
+        return run.stdout.decode(errors="replace").strip()
+
+    def commit(self, name: str, message: str | bytes, files: dict | None = None, author=PERSON, config=()) -> str:
+        for path, content in (files or {}).items():
+            target = self.path / path
+            if content is None:
+                target.unlink()
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content if isinstance(content, bytes) else content.encode())
+        self.git("add", "-A")
+        self.n += 1
+        date = f"2024-01-01T00:{self.n:02d}:00+00:00"
+        env = {"GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1], "GIT_AUTHOR_DATE": date,
+               "GIT_COMMITTER_NAME": PERSON[0], "GIT_COMMITTER_EMAIL": PERSON[1], "GIT_COMMITTER_DATE": date}
+        body = message if isinstance(message, bytes) else message.encode()
+        self.git(*config, "commit", "-q", "--allow-empty", "--no-verify", "-F", "-", input=body, env=env)
+        self.shas[name] = self.git("rev-parse", "HEAD")
+        return self.shas[name]
+
+    def raw_commit(self, name: str, message: bytes, path: str, content: str) -> str:
+        """A commit written byte for byte (`git commit` would re-encode a message that is not UTF-8)."""
+        (self.path / path).write_text(content)
+        self.git("add", "-A")
+        tree, head = self.git("write-tree"), self.git("rev-parse", "HEAD")
+        person = f"{PERSON[0]} <{PERSON[1]}> 1704074400 +0000".encode()
+        obj = b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n" % (tree.encode(), head.encode(), person, person) + message
+        self.shas[name] = self.git("hash-object", "-t", "commit", "-w", "--stdin", input=obj)
+        self.git("update-ref", "refs/heads/main", self.shas[name])
+        return self.shas[name]
+
+
+DATES_PY = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(6)) + (
+    "def parse_date(text):\n    parts = text.split('-')\n    return tuple(int(p) for p in parts)\n")
+
+
+def build(path: Path) -> Scripted:
+    r = Scripted(path)
+    c = r.commit
+    c("feat", "feat(parser): add a date parser\n\nDates arrive as YYYY-MM-DD strings from the import job.",
+      {"src/dates.py": DATES_PY, "tests/test_dates.py": "from src.dates import parse_date\n"})
+    c("fix", "fix(parser): strip whitespace before parsing dates (#12)\n\nTrailing newlines from the CSV reader\n"
+             "made int() fail.\n\nSigned-off-by: Ada Lovelace <ada@example.com>\nCloses #11",
+      {"src/dates.py": DATES_PY.replace("text.split('-')", "text.strip().split('-')")})
+    c("revert", f'Revert "fix(parser): strip whitespace before parsing dates"\n\nThis reverts commit {r.shas["fix"]}.',
+      {"src/dates.py": DATES_PY})
+    c("again", "fix(parser): strip whitespace again", {"src/dates.py": DATES_PY.replace("text.split('-')", "text.strip().split('-')")})
+    fixed = DATES_PY.replace("text.split('-')", "text.strip().split('-')")
+    c("insert", "fix(parser): reject None instead of crashing on it",
+      {"src/dates.py": fixed.replace("def parse_date(text):\n", "def parse_date(text):\n    if text is None:\n        raise ValueError('no date')\n")})
+    c("bang", "feat(api)!: drop the v1 endpoints", {"src/api.py": "ROUTES = ['/v2/items']\n"})
+    c("footer", "refactor(config): read settings from one file\n\nBREAKING CHANGE: settings.ini replaces the three\n"
+                "files read before.", {"src/config.py": "PATH = 'settings.ini'\n"})
+    r.git("checkout", "-q", "-b", "topic")
+    c("topic", "docs: explain the date format", {"docs/dates.md": "Dates are YYYY-MM-DD.\n"})
+    r.git("checkout", "-q", "main")
+    c("main2", "style: wrap the config module", {"src/config.py": "PATH = (\n    'settings.ini'\n)\n"})
+    r.git("merge", "-q", "--no-ff", "--no-edit", "topic", env={"GIT_AUTHOR_DATE": "2024-01-01T01:00:00+00:00",
+                                                               "GIT_COMMITTER_DATE": "2024-01-01T01:00:00+00:00"})
+    r.shas["merge"] = r.git("rev-parse", "HEAD")
+    c("bot", "chore(deps): bump requests to 2.32", {"requirements.txt": "requests==2.32\n"},
+      author=("dependabot[bot]", "49699333+dependabot[bot]@users.noreply.github.com"))
+    c("huge", "feat(data): add the country table", {"src/countries.py": "COUNTRIES = %r\n" % list(range(20000))})
+    c("binary", "chore: add the logo", {"assets/logo.png": b"\x89PNG\r\n\x1a\n\0\0\0binary"})
+    c("mixed", "feat(ui): show the logo in the header", {"assets/icon.png": b"\x89PNG\0\1", "src/ui.py": "LOGO = 'assets/icon.png'\n"})
+    c("typo", "fix(ui): correct a typo in a comment", {"src/ui.py": "# The hedaer logo\nLOGO = 'assets/icon.png'\n"})
+    c("typo2", "fix(ui): correct a typo in a comment", {"src/ui.py": "# The header logo\nLOGO = 'assets/icon.png'\n"})
+    c("lockonly", "chore: refresh the lockfile", {"poetry.lock": "[[package]]\nname = 'x'\n"})
+    c("lock", "build(deps): pin requests", {"requirements.txt": "requests==2.31\n", "poetry.lock": "[[package]]\nname = 'y'\n"})
+    c("envfile", "chore: add local settings", {".env": "DEBUG=1\n", "src/settings.py": "DEBUG = True\n"})
+    c("key", "feat(s3): upload reports to the bucket", {"src/upload.py": "KEY = 'AKIAIOSFODNN7EXAMPLE'\n"})
+    c("prose", "Update stuff", {"src/misc.py": "X = 1\n"})
+    c("spaces", "docs: add release notes", {"docs/release notes.md": "# 1.0\n", "docs/odd\nname.md": "odd\n"})
+    c("latin1", "fix(i18n): greet in French", {"src/greet.py": "GREETING = 'caf\xe9'\n".encode("latin-1")})
+    c("menu", "feat(menu): add the menu", {"src/menu.py": "ITEM = 1\n"})
+    r.raw_commit("badmsg", b"fix: caf\xe9 au lait\n", "src/menu.py", "ITEM = 3\n")
+    r.raw_commit("nul", b"fix(menu): count from one\0 \x01\x1b[31m\n", "src/menu.py", "ITEM = 1\n")
+    c("encoded", "fix(menu): list the café".encode("latin-1"), {"src/menu.py": "ITEM = 2\n"},
+      config=("-c", "i18n.commitEncoding=ISO-8859-1"))
+    c("generated", "feat(client): regenerate the client", {"src/client_pb2.py": "X = 1\n", "gen/models.py":
+      "# Code generated by modelgen. DO NOT EDIT.\nclass Model:\n    pass\n", "src/client.py": "import client_pb2\n"})
+    c("empty", "chore: trigger the build")
+    return r
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    r = build(tmp_path_factory.mktemp("history") / "repo")
+    # A hostile repository config: none of it may change what is mined or run anything.
+    for key, value in (("diff.external", "touch PWNED-external"), ("core.pager", "touch PWNED-pager"),
+                       ("diff.pwn.textconv", "touch PWNED-textconv"), ("diff.noprefix", "true"), ("diff.context", "9"),
+                       ("diff.mnemonicPrefix", "true"), ("core.quotepath", "true"), ("diff.renames", "copies")):
+        r.git("config", key, value)
+    (r.path / ".git/info/attributes").write_text("* diff=pwn\n")
+    return r
+
+
+def run(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def mine(repo, skill, out, *extra, skills_dir=ROOT / "skills"):
+    code, stdout, stderr = run("--skills-dir", skills_dir, "--skill", skill, "--tasks-from-git", repo.path,
+                               "--out", out, *extra)
+    tasks = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    return code, stdout, stderr, tasks
+
+
+def reasons(stdout: str) -> dict[str, int]:
+    return {m[2]: int(m[1]) for m in re.finditer(r"(?m)^ +(\d+)  (.+)$", stdout)}
+
+
+@pytest.fixture(scope="module")
+def mined(repo, tmp_path_factory):
+    """Both shipped skills mined from the scripted repository, once."""
+    folder = tmp_path_factory.mktemp("mined")
+    return {skill: mine(repo, skill, folder / f"{skill}.jsonl") for skill in ("git-commit", "code-review")}
+
+
+def by_name(repo, tasks):
+    names = {sha: name for name, sha in repo.shas.items()}
+    return {names[next(s for s in names if s.startswith(t["id"].removeprefix("git-")))]: t for t in tasks}
+
+
+def test_git_commit_keeps_conventional_commits_with_expect_from_their_header(repo, mined):
+    code, stdout, stderr, tasks = mined["git-commit"]
+    assert code == 0, stderr
+    got = {name: t["expect"] for name, t in by_name(repo, tasks).items()}
+    fix = {"type": "fix", "breaking": False}
+    assert got == {
+        "feat": {"type": "feat", "breaking": False, "scope": "parser"}, "fix": {**fix, "scope": "parser"},
+        "insert": {**fix, "scope": "parser"}, "bang": {"type": "feat", "breaking": True, "scope": "api"},
+        "footer": {"type": "refactor", "breaking": True, "scope": "config"}, "topic": {"type": "docs", "breaking": False},
+        "main2": {"type": "style", "breaking": False}, "mixed": {"type": "feat", "breaking": False, "scope": "ui"},
+        "typo": {**fix, "scope": "ui"}, "lock": {"type": "build", "breaking": False, "scope": "deps"}, "spaces": {"type": "docs", "breaking": False},
+        "menu": {"type": "feat", "breaking": False, "scope": "menu"}, "encoded": {**fix, "scope": "menu"},
+        "generated": {"type": "feat", "breaking": False, "scope": "client"},
+    }
+    assert [t["id"] for t in tasks] == [f"git-{repo.shas[n][:12]}" for n in got]  # oldest first
+    assert all(t["split"] == split_of(repo.shas[n], 0.2) for n, t in by_name(repo, tasks).items())
+
+
+def test_the_reference_is_the_message_without_pr_number_or_trailers(repo, mined):
+    tasks = by_name(repo, mined["git-commit"][3])
+    assert tasks["fix"]["reference"] == ("fix(parser): strip whitespace before parsing dates\n\n"
+                                         "Trailing newlines from the CSV reader\nmade int() fail.")
+    assert tasks["encoded"]["reference"] == "fix(menu): list the café"  # decoded from its ISO-8859-1 header
+    assert tasks["bang"]["reference"] == "feat(api)!: drop the v1 endpoints"
+
+
+def test_binary_generated_and_lock_files_are_left_out_of_the_diff(repo, mined):
+    tasks = by_name(repo, mined["git-commit"][3])
+    files = {name: sorted(parse_diff(t["input"]).files) for name, t in tasks.items()}
+    assert files["mixed"] == ["src/ui.py"] and files["lock"] == ["requirements.txt"]
+    assert files["generated"] == ["src/client.py"]  # client_pb2.py by name, gen/models.py by its DO NOT EDIT header
+    assert files["feat"] == ["src/dates.py", "tests/test_dates.py"]  # several files are fine
+    assert "docs/release notes.md" in tasks["spaces"]["input"] and '"b/docs/odd\\nname.md"' in tasks["spaces"]["input"]
+    assert "files left out of the kept tasks' diffs: 2 generated, 1 binary, 1 lockfile" in mined["git-commit"][1]
+
+
+def test_report_counts_every_skipped_commit_by_reason(mined):
+    stdout = mined["git-commit"][1]
+    assert stdout.startswith("mined 29 commits of ")
+    assert reasons(stdout) == {
+        "only binary, generated or lock files": 2, "revert": 1, "same input or reference as an older commit": 2,
+        "merge": 1, "bot author": 1, "diff over 12,000 characters": 1, "touches a secret-looking file (never mined)": 1,
+        "matches a secret pattern (never mined)": 1, "not a Conventional Commit": 1, "diff is not valid UTF-8": 1,
+        "message is not valid UTF-8": 1, "message holds control characters": 1, "no changes": 1}
+
+
+def test_repository_config_cannot_change_the_diff_or_run_commands(repo, mined):
+    assert not list(repo.path.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    fix = by_name(repo, mined["git-commit"][3])["fix"]["input"]
+    assert fix.startswith("diff --git a/src/dates.py b/src/dates.py\n") and "\n@@ -23,5 +23,5 @@" in fix  # a/ b/, 3 lines
+
+
+
+def git_show(repo, rev: str, path: str) -> str:
+    return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo.path, capture_output=True, text=True, check=True,
+                          env=repo.env).stdout
+
+
+def test_code_review_reverses_small_fixes_so_that_the_diff_reintroduces_the_bug(repo, mined, tmp_path):
+    code, stdout, stderr, tasks = mined["code-review"]
+    assert code == 0, stderr
+    tasks = by_name(repo, tasks)
+    assert sorted(tasks) == ["encoded", "fix", "insert"]  # "again" repeats fix's diff; the rest are not small fixes
+    for name, task in tasks.items():
+        path = task["expect"]["defects"][0]["file"]
+        (tmp_path / "f").write_text(git_show(repo, repo.shas[name], path))
+        (tmp_path / "patch").write_text(task["input"].replace(f"a/{path}", "a/f").replace(f"b/{path}", "b/f"))
+        subprocess.run(["git", "apply", "patch"], cwd=tmp_path, check=True, capture_output=True, env=repo.env)
+        assert (tmp_path / "f").read_text() == git_show(repo, repo.shas[name] + "^", path), name  # the bug is back
+        assert task["expect"]["verdict"] == "request-changes" and "reference" not in task
+    lines = {name: [(d["lines"], d["kind"]) for d in t["expect"]["defects"]] for name, t in tasks.items()}
+    assert lines == {"fix": [([26, 26], "other")], "insert": [([25, 26], "null-handling")], "encoded": [([1, 1], "other")]}
+    buggy = git_show(repo, repo.shas["fix"] + "^", "src/dates.py").split("\n")
+    assert buggy[25] == "    parts = text.split('-')"  # line 26: the reintroduced line itself
+    unchecked = git_show(repo, repo.shas["insert"] + "^", "src/dates.py").split("\n")
+    assert unchecked[24:26] == ["def parse_date(text):", "    parts = text.strip().split('-')"]  # around the lost check
+    assert reasons(stdout) == {"not a fix: commit": 19, "a fix of docs, tests, style or typos": 2,
+                               "same input or reference as an older commit": 1, "merge": 1,
+                               "fix does not modify exactly one text file": 1, "message is not valid UTF-8": 1,
+                               "message holds control characters": 1}
+
+
+def test_split_is_a_hash_of_the_sha_so_adding_commits_moves_no_old_task(repo, tmp_path):
+    before, after, again = tmp_path / "before.jsonl", tmp_path / "after.jsonl", tmp_path / "again.jsonl"
+    assert mine(repo, "git-commit", before, "--rev", repo.shas["main2"], "--val-fraction", "0.5")[0] == 0
+    assert mine(repo, "git-commit", after, "--val-fraction", "0.5")[0] == 0
+    assert mine(repo, "git-commit", again, "--val-fraction", "0.5")[0] == 0
+    old, new = before.read_text().splitlines(), after.read_text().splitlines()
+    assert len(new) > len(old) >= 5 and set(old) <= set(new)  # every old task comes out byte for byte the same
+    assert again.read_bytes() == after.read_bytes()  # deterministic
+    assert {json.loads(line)["split"] for line in new} == {"train", "val"}
+    val_at = {f: {json.loads(line)["id"] for line in mine(repo, "git-commit", tmp_path / f"{f}.jsonl", "--val-fraction",
+                                                           f)[3] and (tmp_path / f"{f}.jsonl").read_text().splitlines()
+                  if json.loads(line)["split"] == "val"} for f in ("0.2", "0.6")}
+    assert val_at["0.2"] <= val_at["0.6"]  # raising the fraction only moves train tasks to val
+
+
+@pytest.mark.parametrize("skill", ["git-commit", "code-review"])
+def test_mined_tasks_pass_check_and_score_offline_like_written_ones(repo, mined, tmp_path, skill):
+    folder = tmp_path / "skills" / skill
+    folder.mkdir(parents=True)
+    for name in ("SKILL.md", "checks.py"):
+        shutil.copy(ROOT / "skills" / skill / name, folder / name)
+    tasks = mined[skill][3]
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", skill, "--check")
+    assert code == 0 and f"{len(tasks)} tasks are valid" in out, err
+    outputs = [t.get("reference") or review(t["expect"]["defects"]) for t in tasks]
+    (tmp_path / "outputs.jsonl").write_text("".join(json.dumps({"task_id": t["id"], "output": o}) + "\n"
+                                                    for t, o in zip(tasks, outputs)))
+    code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", skill, "--score", tmp_path / "outputs.jsonl",
+                         "--judge", "none", "--out", tmp_path / "scores.jsonl")
+    scores = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert code == 0 and len(scores) == len(tasks), err
+    assert all(s["correctness"] == 1.0 and not s["judged"] for s in scores)  # what the commit says is what expect says
+    if skill == "code-review":
+        (tmp_path / "lgtm.jsonl").write_text("".join(json.dumps({"task_id": t["id"], "output": LGTM}) + "\n" for t in tasks))
+        run("--skills-dir", tmp_path / "skills", "--skill", skill, "--score", tmp_path / "lgtm.jsonl", "--judge", "none",
+            "--out", tmp_path / "lgtm-scores.jsonl")
+        lgtm = [json.loads(line) for line in (tmp_path / "lgtm-scores.jsonl").read_text().splitlines()]
+        assert all(s["correctness"] < 0.5 for s in lgtm)  # approving the reintroduced bug is wrong
+
+
+LGTM = "## Summary\nA small change.\n\n## Findings\nNone.\n\n## Verdict\napprove"
+
+
+def review(defects) -> str:
+    findings = "\n".join(f"- issue (blocking): {d['file']}:{d['lines'][0]}-{d['lines'][1]} this brings back the bug the "
+                         "later fix removed." for d in defects)
+    return f"## Summary\nReintroduces a bug.\n\n## Findings\n{findings}\n\n## Verdict\nrequest-changes"
+
+
+def test_bad_input_gets_one_line_and_exit_2(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_DIR", str(repo.path / ".git"))  # the caller's git environment is not ours to use
+    (tmp_path / "skills").mkdir()
+    assert run("--skills-dir", tmp_path / "skills", "--init", "notes")[0] == 0
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "exists.jsonl").write_text("keep me\n")
+    out = tmp_path / "new.jsonl"
+    cases = {
+        "not a directory": (["--tasks-from-git", tmp_path / "missing", "--out", out], "not a directory"),
+        "a folder that is not a repository": (["--tasks-from-git", tmp_path / "plain", "--out", out], "not a git repository"),
+        "a folder inside a repository": (["--tasks-from-git", repo.path / "src", "--out", out], "not a git repository"),
+        "an empty range": (["--tasks-from-git", repo.path, "--rev", "HEAD..HEAD", "--out", out], "holds no commits"),
+        "an unknown revision": (["--tasks-from-git", repo.path, "--rev", "no-such-branch", "--out", out], "cannot walk"),
+        "an option as revision": (["--tasks-from-git", repo.path, "--rev=--output=x", "--out", out], "cannot walk"),
+        "an existing --out": (["--tasks-from-git", repo.path, "--out", tmp_path / "exists.jsonl"], "pass --force"),
+        "a bad --val-fraction": (["--tasks-from-git", repo.path, "--val-fraction", "1", "--out", out], "--val-fraction"),
+    }
+    for case, (argv, expected) in cases.items():
+        code, stdout, stderr = run("--skill", "git-commit", *argv)
+        assert (code, stderr.count("\n"), expected in stderr) == (2, 1, True), f"{case}: {stderr}"
+    code, _, stderr = run("--skills-dir", tmp_path / "skills", "--skill", "notes", "--tasks-from-git", repo.path)
+    assert code == 2 and stderr == ("error: skill 'notes' cannot mine tasks: its checks.py defines no "
+                                    "task_from_commit(commit) (see the README, 'Tasks from your history')\n")
+    assert (tmp_path / "exists.jsonl").read_text() == "keep me\n" and not out.exists()
+    assert not list(tmp_path.glob("x")) and not list(repo.path.glob("x"))
+
+
+def test_force_replaces_the_file_and_limit_takes_the_newest_commits(repo, tmp_path):
+    out = tmp_path / "tasks.jsonl"
+    out.write_text("old\n")
+    code, stdout, _, tasks = mine(repo, "git-commit", out, "--force", "--limit", "3")
+    assert code == 0 and stdout.startswith("mined 3 commits")
+    assert [t["id"] for t in tasks] == [f"git-{repo.shas[n][:12]}" for n in ("encoded", "generated")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.jsonl"]  # written in place, no temporary left
+
+
+HOOKS = """
+def task_from_commit(commit):
+    if "api" in commit.message:
+        raise RuntimeError("boom")
+    return {{"input": commit.diff}} if "config" in commit.message else {other!r}
+"""
+
+
+@pytest.mark.parametrize("other, code, expected", [
+    ("not wanted", 1, "task_from_commit raised on commit"),
+    (42, 2, "error: task_from_commit must return a reason string or a dict"),
+])
+def test_a_hook_that_fails_is_reported_in_one_line(repo, tmp_path, other, code, expected):
+    skills = tmp_path / "skills"
+    skills.mkdir()
+    run("--skills-dir", skills, "--init", "notes")
+    (skills / "notes" / "checks.py").write_text(HOOKS.format(other=other))
+    got, stdout, stderr, tasks = mine(repo, "notes", tmp_path / "out.jsonl", skills_dir=skills)
+    assert got == code and expected in stderr and "Traceback" not in stderr, stderr
+    if code == 1:  # the others were still mined, and the failure counted
+        assert len(tasks) == 2 and reasons(stdout)["task_from_commit raised an error"] == 1
+
+
+def test_reversing_a_diff_twice_gives_it_back(mined):
+    for skill in ("git-commit", "code-review"):
+        for task in mined[skill][3]:
+            assert reverse_diff(reverse_diff(task["input"])) == task["input"]
+
+
+if __name__ == "__main__":  # python tests/test_mining.py DIR: the scripted repository, to try the README's commands on
+    import sys
+
+    print(f"built {build(Path(sys.argv[1])).path} with 29 commits")
