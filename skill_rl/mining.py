@@ -469,6 +469,9 @@ def run(skill: Skill, args) -> int:
     except MiningError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing written", file=sys.stderr)
+        return 1
     if mined.lines:
         try:
             atomic_write(out, "\n".join(mined.lines) + "\n")
