@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .derived import derive
 from .skills import DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -60,7 +61,8 @@ def print_check(skill: Skill) -> int:
     weights = ", ".join(f"{d} {skill.weights[d]:g}" for d in DIMENSIONS)
     console.print(f"rubric weights: {weights}; judged by RULER: {', '.join(skill.judged) or 'nothing'}")
     checks = [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
-    console.print(f"deterministic checks (checks.py): {', '.join(checks) or 'none, the judge scores every dimension'}")
+    console.print(f"deterministic checks (checks.py): {', '.join(checks) or 'none'}")
+    print_derived(console, skill, set(checks))
     console.print("procedure:")
     for i, step in enumerate(skill.steps, 1):
         console.print(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}", highlight=False, markup=False)
@@ -74,6 +76,30 @@ def print_check(skill: Skill) -> int:
     console.print(table)
     console.print(f"[green]ok[/green]: {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid")
     return 0
+
+
+def print_derived(console: Console, skill: Skill, taken: set[str]) -> None:
+    """Each check derived from SKILL.md with the sentence it came from, and the sentences left to the judge."""
+    found = derive(skill)
+    if not skill.derive:
+        names = ", ".join(d.fn.__name__ for d in found.checks) or "none"
+        console.print(f'derived checks: off (metadata derive-checks is "false"); SKILL.md would yield: {names}',
+                      highlight=False, markup=False, soft_wrap=True)
+        return
+    console.print(f"derived checks (from {found.path}):{' none' if not found.checks else ''}",
+                  highlight=False, markup=False, soft_wrap=True)
+    for d in found.checks:
+        name, fn = d.fn.__name__, d.fn
+        if name in taken:
+            console.print(f"  {name}: not used, checks.py defines a check of that name", highlight=False, markup=False)
+            continue
+        flags = ", ".join([fn.dimension] + ["gate"] * fn.gate)
+        console.print(f"  {name} ({flags}): {fn.__doc__}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"      {found.path}:{d.line}: {d.source}", highlight=False, markup=False, soft_wrap=True)
+    if found.ignored:
+        console.print("left to the judge (reads like a constraint, matches no derived form):", markup=False)
+        for s in found.ignored:
+            console.print(f"      {found.path}:{s.line}: {s.text}", highlight=False, markup=False, soft_wrap=True)
 
 
 def print_config(args, judge) -> None:

@@ -9,7 +9,8 @@ A dimension's score s_d is
   - both:          (checks + judge) / 2, and 0 when a gate fails (the judge cannot rescue it);
   - neither:       None, and the dimension drops out of the weighted mean (e.g. `--judge none`).
 
-Checks live with their skill (skills/<name>/checks.py) and are declared with `@check`.
+Checks live with their skill (skills/<name>/checks.py) and are declared with `@check`; more are
+derived from the SKILL.md's own Output Format and Rules (derived.py).
 This module imports nothing heavy: `--check` and `--score --judge none` stay fast.
 """
 
@@ -41,11 +42,16 @@ def check(dimension: str, *, gate: bool = False, key: bool = False):
 
 
 def skill_checks(skill: Skill) -> list[Callable]:
-    """The skill's checks in the order checks.py defines them."""
-    if skill.checks is None:
-        return []
-    fns = [v for v in vars(skill.checks).values() if callable(v) and getattr(v, "dimension", None) in DIMENSIONS]
-    return sorted(fns, key=lambda f: f.__code__.co_firstlineno)
+    """The skill's checks: those of checks.py in the order it defines them, then those derived from its
+    SKILL.md (skill_rl/derived.py) whose names no check of checks.py takes: a hand-written check wins."""
+    from .derived import derived_checks  # derived.py builds its checks with `check` above
+
+    own = []
+    if skill.checks is not None:
+        own = [v for v in vars(skill.checks).values() if callable(v) and getattr(v, "dimension", None) in DIMENSIONS]
+        own.sort(key=lambda f: f.__code__.co_firstlineno)
+    taken = {f.__name__ for f in own}
+    return own + [f for f in derived_checks(skill) if f.__name__ not in taken]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 DIMENSIONS = ("format", "procedure", "correctness")
 DEFAULT_WEIGHTS = {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
-SKILL_RL_KEYS = {f"weight-{d}" for d in DIMENSIONS} | {"judge"}
+SKILL_RL_KEYS = {f"weight-{d}" for d in DIMENSIONS} | {"judge", "derive-checks"}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_LINE_CHARS = 1_000_000  # one task line bigger than this is an error, not a model input
 
@@ -87,6 +87,7 @@ class Section:
     title: str
     text: str  # markdown source of the section body, heading excluded
     line: int  # line of the heading in SKILL.md
+    text_line: int = 0  # line in SKILL.md where `text` starts
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class Skill:
     judged: tuple[str, ...]  # dimensions RULER scores
     checks: ModuleType | None  # the skill's checks.py, if any
     tasks: tuple[Task, ...] = field(default=())
+    derive: bool = True  # derive format checks from SKILL.md's prose (metadata `derive-checks`)
 
     def split(self, name: str) -> list[Task]:
         return [t for t in self.tasks if t.split == name]
@@ -244,7 +246,10 @@ def _settings(path: Path, fm: Frontmatter, line: int | None, problems: list[str]
     for dim in judged:
         if dim not in DIMENSIONS and dim != "none":
             problems.append(_problem(path, line, f"field 'metadata.judge' names unknown dimension {dim!r} (allowed: {', '.join(DIMENSIONS)}, none)"))
-    return weights, tuple(d for d in judged if d in DIMENSIONS)
+    derive = meta.get("derive-checks", "true")
+    if derive not in ("true", "false"):
+        problems.append(_problem(path, line, f"field 'metadata.derive-checks' must be \"true\" or \"false\", got {_show(derive)}"))
+    return weights, tuple(d for d in judged if d in DIMENSIONS), derive != "false"
 
 
 _md = MarkdownIt("commonmark")
@@ -264,8 +269,9 @@ def _sections(body: str, offset: int) -> dict[str, Section]:
                 end = later.map[0]
                 break
         title = tokens[i + 1].content.strip()
-        text = "\n".join(lines[tok.map[1] : end]).strip()
-        out.setdefault(title.lower(), Section(title, text, tok.map[0] + offset))
+        raw = "\n".join(lines[tok.map[1] : end])
+        lead = raw[: len(raw) - len(raw.lstrip())].count("\n")  # blank lines that strip() drops
+        out.setdefault(title.lower(), Section(title, raw.strip(), tok.map[0] + offset, tok.map[1] + lead + offset))
     return out
 
 
@@ -407,7 +413,7 @@ def load_skill(folder: Path, *, with_tasks: bool = True) -> Skill:
     fm, key_line = _frontmatter(md, source, problems)
     if fm is not None and fm.name != folder.name:
         problems.append(_problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
-    weights, judged = _settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, ())
+    weights, judged, derive = _settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
 
     sections = _sections(body, body_line)
     steps: list[str] = []
@@ -430,6 +436,7 @@ def load_skill(folder: Path, *, with_tasks: bool = True) -> Skill:
     return Skill(
         name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
         steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
+        derive=derive,
     )
 
 

@@ -10,7 +10,7 @@ from skill_rl.rubric import check, combine, run_checks, score_offline, skill_che
 from skill_rl.skills import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
-SKILLS = {name: load_skill(ROOT / "skills" / name) for name in ("git-commit", "code-review")}
+SKILLS = {name: load_skill(ROOT / "skills" / name) for name in ("git-commit", "code-review", "release-notes")}
 TYPES = ("build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test")
 
 
@@ -86,10 +86,20 @@ def _review_corruptions(task):
         "## Verdict", f"- suggestion (non-blocking): {first_file}:99999 rename this.\n\n## Verdict", 1).replace("None.\n-", "-")
 
 
+def _notes_corruptions(task):
+    ref = task.reference
+    numbers = re.findall(r"#\d+", task.input)
+    yield "an entry dropped, its number uncited", ref.replace(f"({numbers[0]})", "").replace(f"{numbers[0]}, ", "").replace(f"{numbers[0]}\n", "\n")
+    yield "numbers the input does not hold", re.sub(r"#(\d+)", lambda m: f"#{int(m[1]) + 100000}", ref)
+    yield "wrapped in a code fence", f"```markdown\n{ref}\n```"
+    yield "chatter first", f"Here are the release notes:\n\n{ref}"
+    yield "four highlights", ref.replace("## Highlights\n", "## Highlights\n- More\n- More\n- More\n- More\n", 1)
+
+
 @pytest.mark.parametrize("name", sorted(SKILLS))
 def test_on_every_val_task_the_reference_beats_each_of_its_corruptions(name):
     skill = SKILLS[name]
-    corruptions = _commit_corruptions if name == "git-commit" else _review_corruptions
+    corruptions = {"git-commit": _commit_corruptions, "code-review": _review_corruptions, "release-notes": _notes_corruptions}[name]
     for task in skill.split("val"):
         pairs = list(corruptions(task))
         scores = score_offline(skill, task, [task.reference, *(text for _, text in pairs)])
