@@ -53,7 +53,7 @@ from .skills import Section, Skill, display
 
 _md = MarkdownIt("commonmark")
 PLACEHOLDER = re.compile(r"<([^<>\s][^<>]*)>")
-HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
+NAME_WORD = re.compile(r"\s*(section|field|line)\b")
 FIELD = re.compile(r"^([A-Za-z][\w ()/'-]{0,40}):[ \t]+(<[^<>]+>)[ \t]*$")
 SHAPE = re.compile(r"^([^\s<>`]+)<([A-Za-z][\w -]*)>$")
 ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])[ \t]")
@@ -103,19 +103,21 @@ class View(NamedTuple):
     heads: tuple[tuple[int, int, str], ...]  # (line index, level, lower-cased title)
 
 
-def _heading(line: str) -> tuple[int, str] | None:
+def heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of an ATX heading line such as `## Findings`; None for any other line."""
     if not line.startswith("#"):
         return None
     level = len(line) - len(line.lstrip("#"))
     if level > 6 or (len(line) > level and line[level] not in " \t"):
         return None
-    return level, line[level:].strip().rstrip("#").strip().lower()
+    title = line[level:].strip().rstrip("#").strip()
+    return (level, title) if title else None
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=128)  # every check of one output reads the same view
 def view(output: str) -> View:
     lines = tuple(output.replace("\r\n", "\n").strip().split("\n"))
-    heads = tuple((i, *h) for i, line in enumerate(lines) if (h := _heading(line)))
+    heads = tuple((i, h[0], h[1].lower()) for i, line in enumerate(lines) if (h := heading(line)))
     return View(lines, heads)
 
 
@@ -272,7 +274,7 @@ def no_preamble_check(prefix: str):
 MAX_TOKENS = 1000  # an output holding more such tokens than this is not grounded in anything: it scores 0
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
 def _input_tokens(rx: re.Pattern, text: str) -> frozenset[str]:
     return frozenset(rx.findall(text))
 
@@ -335,13 +337,13 @@ def read_template(source: str, first_line: int) -> Template:
         line, where = raw.strip(), first_line + n
         holes = PLACEHOLDER.findall(line)
         t.placeholders += [f"<{h}>" for h in holes if f"<{h}>" not in t.placeholders]
-        head, fld = HEADING.match(line), FIELD.match(line)
+        head, fld = heading(line), FIELD.match(line)
         if not line:
             continue
         if head:
-            section = head[2].strip().lower() if not holes else "\0"  # a heading with a placeholder: unnamed
+            section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
-                t.heads.append((len(head[1]), section, line, where))
+                t.heads.append((head[0], section, line, where))
         elif fld:
             t.fields.append((fld[1], where))
             if values := _alternatives(fld[2][1:-1]):
@@ -413,7 +415,7 @@ def _known_name(text: str, names: dict[str, tuple[str, str]], codes, end: int, a
     """The last target named before `end`: a code span naming a template heading or field (any code span with
     `any_code`, or one followed by section/field/line), else a template name followed by section/field/line."""
     for offset, code in reversed(codes):
-        bare, word = code.lstrip("#").strip(), re.match(r"\s*(section|field|line)\b", text[offset + len(code) + 2 :])
+        bare, word = code.lstrip("#").strip(), NAME_WORD.match(text, offset + len(code) + 2)
         if offset < end and (any_code or bare.lower() in names or word):
             kind = "name" if not word else "section" if word[1] == "section" else "field"
             return names.get(bare.lower(), (kind, bare))
@@ -467,7 +469,7 @@ def input_sentence(s: Sentence) -> Iterator[Derived]:
     lower = s.text.lower()
     if not re.search(r"\b(the|its|their) input\b", lower):
         return
-    for _, code in s.codes:
+    for _, code in s.codes[:10]:  # a sentence names a shape or two, not a thousand
         m = SHAPE.match(code)
         if not m or not ("number" in m[2].lower() or not m[1][-1].isalnum()):
             continue
