@@ -176,7 +176,7 @@ def template_lines_check(literals: list[str], fields: list[str]):
         return found / (len(literals) + len(fields))
 
     shown = [repr(x) for x in literals] + [f"'{f}: <value>'" for f in fields]
-    return _make("template_lines", "format", run, f"the template's lines {', '.join(shown)} appear (share present)")
+    return _make("template_lines", "format", run, f"share of these template lines present: {', '.join(shown)}")
 
 
 def placeholders_check(placeholders: list[str], sections: list[str | None]):
@@ -246,7 +246,8 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
              "output": "the whole output"}.get(kind, f"{kind} '{name}'")
     slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output"}.get(kind, _slug(name))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
-    return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n} {words}")
+    words = words.removesuffix("s") if n == 1 else words
+    return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}")
 
 
 def no_fence_check():
@@ -462,7 +463,8 @@ def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
     if fence and NEGATION.search(lower[: fence.start()]):
         yield Derived(no_fence_check(), s.line, s.text)
     if PREAMBLE_WORDS.search(lower):
-        yield Derived(no_preamble_check(t.first_prefix.strip() if t and t.first_prefix.strip() else ""), s.line, s.text)
+        prefix = t.first_prefix if t and t.first_prefix.strip() else ""  # `# ` keeps its space: `## x` is not a title
+        yield Derived(no_preamble_check(prefix), s.line, s.text)
 
 
 def input_sentence(s: Sentence) -> Iterator[Derived]:

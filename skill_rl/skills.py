@@ -222,7 +222,7 @@ def _frontmatter(path: Path, source: str, problems: list[str]) -> tuple[Frontmat
 
 
 def _settings(path: Path, fm: Frontmatter, line: int | None, problems: list[str]):
-    """Rubric weights and judged dimensions from `metadata` (strings, as the spec requires)."""
+    """Rubric weights, judged dimensions and whether to derive checks, from `metadata` (strings, as the spec requires)."""
     meta = fm.metadata
     weights = dict(DEFAULT_WEIGHTS)
     for dim in DIMENSIONS:
