@@ -66,7 +66,7 @@ def skill_rl_step(skill, groups: int, rollouts: int, lp: float, lj: float, workd
                 val_tasks = [t for t in skill.tasks if t.split == "val"]
                 # no validation pass inside the timed steps: train on train tasks only
                 bench_skill = type(skill)(**{**skill.__dict__, "tasks": tuple(t for t in skill.tasks if t not in val_tasks)})
-                asyncio.run(train_skill.train(args, bench_skill, train_skill.make_judge(args)))
+                asyncio.run(train_skill.train(args, bench_skill, train_skill.make_judge(args), None))  # no warm start
         finally:
             os.chdir(cwd)
     times = [float(m) for m in re.findall(r"^step +\d+ \|.*\| ([\d.]+) s$", out.getvalue(), re.M)]
