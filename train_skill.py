@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import random
@@ -32,18 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import mining, warmstart
+from skill_rl import backends, mining, warmstart
 from skill_rl.cli import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill
 
 HERE = Path(__file__).resolve().parent
-NO_BACKEND = """no way to train was found on this machine. Pick one:
-  - a CUDA GPU:      pip install -e ".[backend]"   then  --backend local
-  - W&B Serverless:  set WANDB_API_KEY (in the environment or .env)   then  --backend serverless
-  - Tinker:          pip install "openpipe-art[tinker]==0.5.23" and set TINKER_API_KEY   then  --backend tinker
-Without any of them you can still lint a skill (--check), score outputs (--score) and compare
-models on held-out tasks (--eval): none of these needs a GPU."""
-SERVERLESS_MODELS = ("OpenPipe/Qwen3-14B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507")  # W&B docs, 2026-11
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     t = p.add_argument_group("training")
     t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | MODULE:CLASS (default auto)")
-    t.add_argument("--base-model", default="Qwen/Qwen2.5-3B-Instruct", help="model to train (default Qwen/Qwen2.5-3B-Instruct)")
+    t.add_argument("--base-model", default=None, help=backends.BASE_MODEL_HELP)
     t.add_argument("--steps", type=int, default=50, help="training steps in all, counting resumed ones (default 50)")
     t.add_argument("--groups-per-step", type=int, default=8, help="tasks per step (default 8)")
     t.add_argument("--rollouts-per-group", type=int, default=8, help="answers per task; RULER ranks them together (default 8)")
@@ -96,6 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
+    backends.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -116,58 +109,6 @@ def make_judge(args):
     return Judge(model=model, base_url=base_url, api_key=key, attempts=args.judge_attempts, timeout=args.judge_timeout)
 
 
-# ------------------------------------------------------------------ backends
-
-
-def pick_backend(spec: str) -> str:
-    if spec != "auto":
-        return spec
-    import importlib.util
-    import shutil
-
-    gpu = Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi")
-    if gpu and importlib.util.find_spec("torch") and importlib.util.find_spec("unsloth"):
-        return "local"
-    if os.environ.get("WANDB_API_KEY"):
-        return "serverless"
-    raise Exit(2, NO_BACKEND)
-
-
-def make_backend(kind: str, base_model: str):
-    import importlib
-
-    if kind == "local":
-        try:
-            from art.local import LocalBackend
-        except ImportError as e:
-            raise Exit(2, f"--backend local needs a CUDA GPU and the backend extra: pip install -e \".[backend]\" ({e})")
-        return LocalBackend()
-    if kind == "serverless":
-        if not os.environ.get("WANDB_API_KEY"):
-            raise Exit(2, "--backend serverless needs WANDB_API_KEY in the environment or .env")
-        if base_model not in SERVERLESS_MODELS:
-            print(f"warning: W&B Serverless listed only {', '.join(SERVERLESS_MODELS)} as trainable base models; "
-                  f"{base_model} may be refused (pass --base-model)", file=sys.stderr)
-        import art
-
-        return art.ServerlessBackend()
-    if kind == "tinker":
-        if not os.environ.get("TINKER_API_KEY"):
-            raise Exit(2, "--backend tinker needs TINKER_API_KEY in the environment or .env")
-        try:
-            from art.tinker import TinkerBackend
-        except ImportError as e:
-            raise Exit(2, f"--backend tinker needs the extra: pip install \"openpipe-art[tinker]==0.5.23\" ({e})")
-        return TinkerBackend()
-    module, _, cls = kind.partition(":")
-    if not cls:
-        raise Exit(2, f"--backend must be auto, local, serverless, tinker or MODULE:CLASS, got {kind!r}")
-    try:
-        return getattr(importlib.import_module(module), cls)()
-    except (ImportError, AttributeError) as e:
-        raise Exit(2, f"--backend {kind}: cannot load it: {e}")
-
-
 # ------------------------------------------------------------------ training
 
 
@@ -186,16 +127,6 @@ def fitting(skill, tasks, args) -> list:
     if note:
         print(note, file=sys.stderr)
     return keep
-
-
-def best_val_step(history: Path) -> tuple[int, float] | None:
-    """(step, val/reward) of the best validation in the run's history, resumed runs included."""
-    best = None
-    for line in history.read_text().splitlines() if history.exists() else []:
-        row = json.loads(line)
-        if row.get("val/reward") is not None and (best is None or row["val/reward"] > best[1]):
-            best = (row["step"], row["val/reward"])
-    return best
 
 
 def fmt(x: float | None) -> str:
@@ -219,8 +150,8 @@ async def train(args, skill, judge, sft) -> int:
     scorer = Scorer(skill, judge)
     temperature = 1.0 if args.temperature is None else args.temperature
 
-    backend = make_backend(kind, args.base_model)
-    model = art.TrainableModel(name=f"skill-{skill.name}", run_name=args.run_name, project=args.project, base_model=args.base_model)
+    backend = backends.make_backend(kind)
+    model = backends.make_model(args, name=f"skill-{skill.name}")
     await model.register(backend)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: (
@@ -302,6 +233,7 @@ async def train(args, skill, judge, sft) -> int:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
             await validate(step)
+        kept = await backends.keep_best_and_latest(model, metric="val/reward")  # ART's order: delete, then close
     finally:
         await backend.close()
 
@@ -309,18 +241,7 @@ async def train(args, skill, judge, sft) -> int:
         last_step, groups = val_results[-1]
         rows = [summarize(f"{model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], scorer)]
         print_table(skill, rows, title=f"{skill.name}: validation of the trained model (step {last_step})")
-    try:
-        await model.delete_checkpoints(best_checkpoint_metric="val/reward")
-    except Exception as e:  # no history yet, or a backend without checkpoints
-        print(f"note: kept all checkpoints ({type(e).__name__}: {e})", file=sys.stderr)
-    where = Path(model._get_output_dir())
-    print(f"\nrun state, history and checkpoints: {where}")
-    best = best_val_step(where / "history.jsonl")
-    if best:
-        print(f"best validation reward {best[1]:.3f} at step {best[0]} (kept, with the latest step)")
-    if kind == "local":
-        ckpt = f"{where}/checkpoints/{best[0]:04d}" if best else f"{where}/checkpoints/<step>"
-        print(f"serve it: vllm serve {args.base_model} --enable-lora --lora-modules {model.name}={ckpt}")
+    print("\n" + "\n".join(backends.ending_lines(kind, args, model.name, kept)))
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
     return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures")) else 0
@@ -359,9 +280,11 @@ def main(argv=None) -> int:
 
             return evaluate.run(skill, args, make_judge(args))
         sft = warmstart.prepare(args, skill)  # --sft flags and files: every problem, before anything runs
-        args.backend = pick_backend(args.backend)  # no GPU and no keys: guidance, before anything heavy
+        plan = backends.plan(args)  # no way to train, or a base model the backend refuses: exit 2, nothing spent
+        args.backend, args.base_model = plan.kind, plan.base_model
         judge = make_judge(args)
         args.run_name = args.run_name or f"{skill.name}-{args.base_model.split('/')[-1].lower()}"
+        print(plan.describe())
         cli.print_config(args, judge)
         return asyncio.run(train(args, skill, judge, sft))
     except SkillError as e:

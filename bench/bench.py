@@ -57,6 +57,7 @@ def skill_rl_step(skill, groups: int, rollouts: int, lp: float, lj: float, workd
             "--skill", skill.name, "--backend", "skill_rl.dryrun:DryRunBackend", "--steps", "2",
             "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", "1000",
             "--judge-base-url", server.url, "--judge-api-key", "bench", "--run-name", f"bench-{groups}x{rollouts}"])
+        args.base_model = train_skill.backends.plan(args).base_model
         skill.__dict__  # noqa: the skill is frozen; the loop reads it as is
         out = io.StringIO()
         cwd = os.getcwd()
@@ -90,7 +91,8 @@ async def _bare_art_step(url: str, skill, groups: int, rollouts: int, workdir: P
     async def rollout(task):
         traj = art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
                                                     {"role": "user", "content": task.input}], reward=0.0)
-        completion = await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=traj.messages())
+        completion = await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=traj.messages(),
+                                                                         logprobs=True)
         traj.messages_and_choices.append(completion.choices[0])
         return traj
 

@@ -1,11 +1,22 @@
 """A CPU stand-in for an ART training backend: `--backend skill_rl.dryrun:DryRunBackend`.
 
 It implements the members of `art.Backend` that the training loop touches. Inference goes to any
-OpenAI-compatible server (`SKILL_RL_POLICY_BASE_URL`, `SKILL_RL_POLICY_API_KEY`,
-`SKILL_RL_POLICY_MODEL`), and `train` and `_train_sft` (behind `model.train_sft`) update no
-weights: they record what they were given in `<model dir>/dryrun.jsonl` and advance the step. Use
-it to run the whole loop (warm start, rollouts, judge, logging, validation, resume) on a laptop
-before paying for GPUs; the tests use it the same way.
+OpenAI-compatible server (`SKILL_RL_POLICY_BASE_URL`, `SKILL_RL_POLICY_API_KEY`), and `train` and
+`_train_sft` (behind `model.train_sft`) update no weights: they record what they were given in
+`<model dir>/dryrun.jsonl` and advance the step. Use it to run the whole loop (warm start, rollouts,
+judge, logging, validation, resume) on a laptop before paying for GPUs; the tests use it the same way.
+
+It is as strict as ART 0.5.23's real backends wherever a test can see the difference:
+- the served model name is `<model name>@<step>`, as LocalBackend serves LoRA adapters
+  (art/local/backend.py:795-848); `SKILL_RL_POLICY_MODEL` sends one fixed name instead, for a
+  server that knows no such names;
+- register leaves a checkpoint folder `checkpoints/0000`, each step one more, and
+  `_delete_checkpoint_files` removes every numbered folder not kept (art/local/checkpoints.py:7-20);
+- `train` refuses trajectories whose completions carry no logprobs: ART's tokenizer drops such a
+  completion (art/preprocessing/tokenize.py:694-702), so the step would train on nothing and ART
+  would skip it with a printed note; `allow_training_without_logprobs=True` accepts them, as in ART;
+- after `close()` any use of the backend raises: a closed ServerlessBackend's HTTP client fails, and a
+  closed LocalBackend would start a new model service.
 """
 
 from __future__ import annotations
@@ -13,10 +24,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from art.types import TrainResult
+from openai.types.chat.chat_completion import Choice
 
 
 class DryRunBackend:
@@ -24,6 +37,12 @@ class DryRunBackend:
         self.base_url = os.environ.get("SKILL_RL_POLICY_BASE_URL", "http://127.0.0.1:8000/v1")
         self.api_key = os.environ.get("SKILL_RL_POLICY_API_KEY", "none")
         self.served_model = os.environ.get("SKILL_RL_POLICY_MODEL")
+        self._closed = False
+
+    def __getattribute__(self, name: str):
+        if not name.startswith("__") and name not in ("close", "_closed") and object.__getattribute__(self, "_closed"):
+            raise RuntimeError(f"DryRunBackend.{name} used after close(): ART's backends cannot be used once closed")
+        return object.__getattribute__(self, name)
 
     def _dir(self, model) -> Path:
         path = Path(model._get_output_dir())
@@ -33,32 +52,45 @@ class DryRunBackend:
     def _log(self, model) -> Path:
         return self._dir(model) / "dryrun.jsonl"
 
+    def _checkpoint(self, model, step: int) -> Path:
+        return self._dir(model) / "checkpoints" / f"{step:04d}"
+
     async def register(self, model) -> None:
-        self._dir(model)
+        self._checkpoint(model, 0).mkdir(parents=True, exist_ok=True)
 
     async def _prepare_backend_for_training(self, model, config=None) -> tuple[str, str]:
         return self.base_url, self.api_key
 
     def _model_inference_name(self, model, step: int | None = None) -> str:
-        return self.served_model or model.name
+        if self.served_model:
+            return self.served_model
+        return f"{model.name}@{self._step(model) if step is None else step}"
 
-    async def _get_step(self, model) -> int:
+    def _step(self, model) -> int:
         log = self._log(model)
-        if not log.exists():
-            return 0
-        lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
+        lines = [ln for ln in log.read_text().splitlines() if ln.strip()] if log.exists() else []
         return json.loads(lines[-1])["step"] if lines else 0
 
+    async def _get_step(self, model) -> int:
+        return self._step(model)
+
     async def _delete_checkpoint_files(self, model, steps_to_keep: list[int]) -> None:
-        return None
+        for path in (self._dir(model) / "checkpoints").iterdir():
+            if path.is_dir() and path.name.isdigit() and int(path.name) not in steps_to_keep:
+                shutil.rmtree(path)
 
     @asynccontextmanager
     async def exact_adapter_lease(self, model, step: int):
         yield
 
-    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5, **kwargs) -> TrainResult:
+    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5,
+                    allow_training_without_logprobs: bool = False, **kwargs) -> TrainResult:
         groups = list(trajectory_groups)
-        step = await self._get_step(model) + 1
+        missing = without_logprobs(groups)
+        if missing and not allow_training_without_logprobs:
+            raise ValueError(f"DryRunBackend.train: {missing} of {sum(len(g.trajectories) for g in groups)} trajectories "
+                             "have a completion without logprobs, which ART's tokenizer drops: request logprobs=True")
+        step = self._step(model) + 1
         rewards = [t.reward for g in groups for t in g.trajectories]
         record = {
             "step": step, "learning_rate": learning_rate, "groups": len(groups),
@@ -67,6 +99,7 @@ class DryRunBackend:
             "rewards": rewards,
             "system": [g.trajectories[0].messages()[0]["content"] for g in groups[:1] if g.trajectories],
         }
+        self._checkpoint(model, step).mkdir(parents=True, exist_ok=True)  # first: a crash before the log line retrains it
         with self._log(model).open("a") as f:  # one line per step, appended whole: the step counter
             f.write(json.dumps(record) + "\n")
         mean = sum(rewards) / len(rewards) if rewards else 0.0
@@ -88,8 +121,20 @@ class DryRunBackend:
         record = {"step": await self._get_step(model) + 1, "sft": {
             "learning_rate": config.learning_rate, "batch_size": size, "assistant_turns": config.assistant_turns,
             "examples": [{"metadata": t.metadata, "messages": t.messages()} for t in examples]}}
+        self._checkpoint(model, record["step"]).mkdir(parents=True, exist_ok=True)
         with self._log(model).open("a") as f:
             f.write(json.dumps(record) + "\n")
 
     async def close(self) -> None:
-        return None
+        self._closed = True
+
+
+def without_logprobs(groups) -> int:
+    """Trajectories that would give ART's tokenizer nothing to train on, or lose a completion:
+    no completion at all, or one whose `logprobs` is None."""
+    missing = 0
+    for group in groups:
+        for traj in group.trajectories:
+            choices = [m for m in traj.messages_and_choices if isinstance(m, Choice)]
+            missing += not choices or any(c.logprobs is None for c in choices)
+    return missing

@@ -21,9 +21,9 @@ async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: fl
         messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
         metadata={"task_id": task.id}, metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0,
     )
-    completion = await model.openai_client().chat.completions.create(
+    completion = await model.openai_client().chat.completions.create(  # logprobs: ART trains only completions that carry them
         model=model.get_inference_name(), messages=traj.messages(), temperature=temperature, max_tokens=max_tokens,
-        timeout=timeout,
+        logprobs=True, timeout=timeout,
     )
     choice = completion.choices[0]
     traj.messages_and_choices.append(choice)

@@ -4,7 +4,8 @@ It answers `POST /v1/chat/completions` for two kinds of caller:
   - the judge (RULER's prompt, recognised by "Grading standards"): it reads the candidates out of
     the `<trajectory id="k">` blocks, exactly as a real judge would receive them, and scores them
     with `judge_fn(texts) -> scores`;
-  - the policy (anything else): `policy_fn(request) -> str`, where request is the JSON body.
+  - the policy (anything else): `policy_fn(request) -> str`, where request is the JSON body; with
+    per-token logprobs when the request asks for them, as vLLM and OpenAI answer.
 Faults can be queued per caller to make the next calls misbehave (see FAULTS).
 """
 
@@ -21,6 +22,7 @@ from typing import Callable
 
 FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "fenced", "wrong-count",
           "out-of-range", "string-scores", "empty", "length", "refused")
+TOKEN = re.compile(r"\s*\S+|\s+")  # this server's tokens: words with the spaces before them
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
 
@@ -32,6 +34,11 @@ def candidates(judge_prompt: str) -> list[str]:
         text = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "assistant"), "")
         out.append(html.unescape(text))
     return out
+
+
+def token_logprobs(tokens: list[str]) -> dict:
+    """Logprobs as an OpenAI server returns them when asked: one entry per token."""
+    return {"content": [{"token": t, "bytes": list(t.encode()), "logprob": -0.25, "top_logprobs": []} for t in tokens]}
 
 
 def by_length(texts: list[str]) -> list[float]:
@@ -82,12 +89,14 @@ class FakeOpenAI:
 
     # ---------------------------------------------------------------- answers
 
-    def _completion(self, content: str | None, finish_reason: str = "stop", model: str = "fake") -> dict:
+    def _completion(self, content: str | None, finish_reason: str = "stop", model: str = "fake",
+                    logprobs: bool = False) -> dict:
+        tokens = TOKEN.findall(content or "")  # usage agrees with the logprobs, as ART checks
         return {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": None,
+            "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": token_logprobs(tokens) if logprobs else None,
                          "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(tokens), "total_tokens": 10 + len(tokens)},
         }
 
     def _judge_answer(self, request: dict, fault: str | None) -> tuple[int, dict | str]:
@@ -162,11 +171,12 @@ class FakeOpenAI:
                 if is_judge:
                     status, body = server._judge_answer(request, fault)
                     return self._send(status, body)
+                logprobs = bool(request.get("logprobs"))
                 if fault == "empty":
-                    return self._send(200, server._completion(""))
+                    return self._send(200, server._completion("", logprobs=logprobs))
                 text = server.policy_fn(request)
                 if fault == "length":
-                    return self._send(200, server._completion(text[: max(1, len(text) // 3)], "length"))
-                return self._send(200, server._completion(text, model=request.get("model", "policy")))
+                    return self._send(200, server._completion(text[: max(1, len(text) // 3)], "length", logprobs=logprobs))
+                return self._send(200, server._completion(text, model=request.get("model", "policy"), logprobs=logprobs))
 
         return Handler

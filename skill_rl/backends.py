@@ -1,0 +1,308 @@
+"""Where a run trains: the backend it picks and why, the base model that backend can train, the
+flags that fit a GPU, and what is kept and printed at the end.
+
+Everything here was read from openpipe-art 0.5.23's installed source, not run on a GPU (the line
+numbers are that version's):
+- `openpipe-art[backend]` pins `torch==2.11.0+cu128` (its METADATA), a build only PyTorch's CUDA
+  12.8 index serves, so the extra installs with that index added, as ART's install docs say;
+- Tinker renders chats with `art/tinker/renderers.py:get_renderer_name`, which raises for a model
+  it does not know (Qwen2.5 among them), at register and in its inference server alike;
+- W&B Serverless trains the base models ART's own `train-rl` skill lists (art/skills/train-rl/SKILL.md);
+- LocalBackend's first run builds its vLLM runtime with `uv` from PATH (art/vllm_runtime.py:629);
+- `model.delete_checkpoints` keeps the latest step and the step with the best mean metric
+  (art/model.py:1677-1698), and a backend cannot delete after `close()`.
+Nothing here imports ART at module level: `--check` and `--score` import this module's callers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+
+from .cli import Exit
+
+
+LOCAL_INSTALL = 'pip install --extra-index-url https://download.pytorch.org/whl/cu128 -e ".[backend]"'
+TINKER_INSTALL = 'pip install -e ".[tinker]"'
+NO_BACKEND = f"""no way to train was found on this machine. Pick one:
+  - a CUDA GPU:      {LOCAL_INSTALL}   then  --backend local
+                     (PyPI alone cannot install this: ART's backend extra pins torch 2.11.0+cu128)
+  - W&B Serverless:  set WANDB_API_KEY (in the environment or .env)   then  --backend serverless   (billed by W&B)
+  - Tinker:          {TINKER_INSTALL} and set TINKER_API_KEY   then  --backend tinker   (billed by Tinker)
+Without any of them you can still lint a skill (--check), score outputs (--score) and compare
+models on held-out tasks (--eval): none of these needs a GPU."""
+SERVERLESS_MODELS = ("OpenPipe/Qwen3-14B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507", "meta-llama/Llama-3.1-8B-Instruct")
+DEFAULT_BASE_MODEL = {"local": "Qwen/Qwen2.5-3B-Instruct", "serverless": SERVERLESS_MODELS[0],
+                      "tinker": "Qwen/Qwen3-4B-Instruct-2507"}
+BASE_MODEL_HELP = ("model to train (default Qwen/Qwen2.5-3B-Instruct; with --backend serverless "
+                   f"{DEFAULT_BASE_MODEL['serverless']}, with --backend tinker {DEFAULT_BASE_MODEL['tinker']})")
+BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
+          "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
+LORA_RANKS = (8, 16, 32, 64, 128)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags users turn first when a model does not fit the GPU (applied through art.dev.InternalModelConfig)."""
+    g = parser.add_argument_group(
+        "fitting a GPU (--backend local; --context-tokens is also the sequence length ART trains and serves with)")
+    g.add_argument("--gpu-memory", type=_fraction, default=None, metavar="F",
+                   help="share of GPU memory vLLM may take, in (0, 1] (default: vLLM's own); lower it if vLLM runs "
+                        "out of memory at start-up")
+    g.add_argument("--lora-rank", type=int, choices=LORA_RANKS, default=None,
+                   help="LoRA rank (default: ART's, 8); --backend tinker too")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+# ------------------------------------------------------------------ choosing, before anything is spent
+
+
+@dataclass(frozen=True)
+class Plan:
+    kind: str  # local | serverless | tinker | MODULE:CLASS
+    base_model: str
+    why: str
+
+    def describe(self) -> str:
+        lines = [f"backend: {self.kind} ({self.why})"]
+        if self.kind in BILLED:
+            lines.append(f"billing: {BILLED[self.kind]}")
+        return "\n".join(lines)
+
+
+def plan(args) -> Plan:
+    """Resolve --backend and --base-model, or exit 2 with what to do; starts nothing and spends nothing."""
+    kind, why = pick_backend(args.backend)
+    base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
+    if kind == "local":
+        _check_local()
+    elif kind == "serverless":
+        _check_serverless(base_model, args)
+    elif kind == "tinker":
+        _check_tinker(base_model, args)
+    elif ":" not in kind:
+        raise Exit(2, f"--backend must be auto, local, serverless, tinker or MODULE:CLASS, got {kind!r}")
+    return Plan(kind, base_model, why)
+
+
+def pick_backend(spec: str) -> tuple[str, str]:
+    """(kind, why) for --backend; `auto` takes a local GPU with ART's backend extra, else W&B Serverless."""
+    if spec != "auto":
+        return spec, "chosen with --backend"
+    gpu = Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi")
+    if gpu and find_spec("torch") and find_spec("unsloth"):
+        return "local", "--backend auto found a CUDA GPU and ART's backend extra"
+    if os.environ.get("WANDB_API_KEY"):
+        return "serverless", ("--backend auto found " + ("a GPU but not ART's backend extra" if gpu else "no CUDA GPU")
+                              + ", and WANDB_API_KEY is set")
+    raise Exit(2, NO_BACKEND)
+
+
+def _check_local() -> None:
+    if not (find_spec("torch") and find_spec("unsloth")):
+        raise Exit(2, f"--backend local needs a CUDA GPU and ART's backend extra: {LOCAL_INSTALL} "
+                      "(the extra pins torch 2.11.0+cu128, which PyPI alone does not serve)")
+    ensure_uv()
+
+
+def ensure_uv() -> None:
+    """ART's first local run builds its vLLM runtime with `uv` found on PATH (art/vllm_runtime.py:629-636).
+
+    A runtime already prepared (`art runtime prepare`) or given (ART_VLLM_RUNTIME_BIN) needs no uv. The
+    backend extra installs uv beside the interpreter, which is not on PATH when the venv was not
+    activated (`.venv/bin/python train_skill.py`): that folder is put on PATH for this run."""
+    if os.environ.get("ART_VLLM_RUNTIME_BIN") or shutil.which("uv") or _vllm_runtime_ready():
+        return
+    beside = Path(sys.executable).parent
+    if (beside / "uv").is_file() and os.access(beside / "uv", os.X_OK):
+        os.environ["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
+        return
+    raise Exit(2, "--backend local: ART builds its vLLM runtime with uv on the first run, and uv is not on PATH. "
+                  "Install it (pip install uv), then start again, or prepare the runtime ahead with "
+                  "`art runtime prepare` (which needs uv too)")
+
+
+def _vllm_runtime_ready() -> bool:
+    from art.runtime_diagnostics import inspect_vllm_runtime  # what `art runtime status` reports
+
+    return inspect_vllm_runtime(include_size=False).ready
+
+
+def _check_serverless(base_model: str, args) -> None:
+    if not os.environ.get("WANDB_API_KEY"):
+        raise Exit(2, "--backend serverless needs WANDB_API_KEY in the environment or .env")
+    if base_model not in SERVERLESS_MODELS:
+        raise Exit(2, f"--base-model {base_model}: W&B Serverless trains only {', '.join(SERVERLESS_MODELS)} "
+                      "(the list in ART 0.5.23's train-rl skill); pass one of them, or leave --base-model out")
+    if args.gpu_memory is not None or args.lora_rank is not None:
+        raise Exit(2, "--gpu-memory and --lora-rank have no effect on W&B Serverless, which sets its own; leave them out")
+
+
+def _check_tinker(base_model: str, args) -> None:
+    if not os.environ.get("TINKER_API_KEY"):
+        raise Exit(2, "--backend tinker needs TINKER_API_KEY in the environment or .env")
+    if tinker_renderer(base_model) is None:
+        raise Exit(2, f"--base-model {base_model}: ART's Tinker backend has no chat renderer for it and would fail "
+                      f"at start-up; pass one it knows, for example {', '.join(tinker_models())}")
+    if args.gpu_memory is not None:
+        raise Exit(2, "--gpu-memory has no effect on Tinker, which runs the model on its own GPUs; leave it out")
+    if not (find_spec("tinker") and find_spec("tinker_cookbook")):
+        raise Exit(2, f"--backend tinker needs ART's tinker extra: {TINKER_INSTALL}")
+
+
+def tinker_renderer(base_model: str) -> str | None:
+    """The renderer ART's Tinker backend uses for this model (art/tinker/renderers.py:5-36), or None."""
+    from art.tinker.renderers import get_renderer_name
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints advice for some families
+        try:
+            return get_renderer_name(base_model)
+        except ValueError:
+            return None
+
+
+def tinker_models() -> list[str]:
+    """Base models ART prices for Tinker (art/costs.py) that its renderer lookup knows."""
+    from art.costs import MODEL_PRICING
+
+    return [m for m in MODEL_PRICING if ":" not in m and tinker_renderer(m)]
+
+
+# ------------------------------------------------------------------ building
+
+
+def make_backend(kind: str):
+    import importlib
+
+    if kind == "local":
+        try:
+            from art.local import LocalBackend
+        except ImportError as e:
+            raise Exit(2, f"--backend local needs a CUDA GPU and ART's backend extra: {LOCAL_INSTALL} ({e})")
+        return LocalBackend()
+    if kind == "serverless":
+        import art
+
+        return art.ServerlessBackend()
+    if kind == "tinker":
+        try:
+            from art.tinker import TinkerBackend
+        except ImportError as e:
+            raise Exit(2, f"--backend tinker needs ART's tinker extra: {TINKER_INSTALL} ({e})")
+        return TinkerBackend()
+    module, _, cls = kind.partition(":")
+    try:
+        return getattr(importlib.import_module(module), cls)()
+    except (ImportError, AttributeError) as e:
+        raise Exit(2, f"--backend {kind}: cannot load it: {e}")
+
+
+def make_model(args, name: str):
+    """The art.TrainableModel of this run, with the GPU-fitting flags in ART's own config types."""
+    import art
+
+    rank = args.lora_rank
+    return art.TrainableModel(
+        name=name, run_name=args.run_name, project=args.project, base_model=args.base_model,
+        lora_config=art.dev.LoRAConfig(rank=rank) if rank and args.backend == "local" else None,
+        _internal_config=internal_config(args))
+
+
+def internal_config(args):
+    """art.dev.InternalModelConfig for the flags: init_args/engine_args locally, tinker_args on Tinker."""
+    from art import dev
+
+    if args.backend == "tinker" and args.lora_rank:  # art/tinker/service.py:260-264 reads the rank from here
+        return dev.InternalModelConfig(tinker_args=dev.TinkerArgs(
+            renderer_name=tinker_renderer(args.base_model), training_client_args={"rank": args.lora_rank}))
+    if args.backend != "local":
+        return None
+    engine = dev.EngineArgs(max_model_len=args.context_tokens)
+    if args.gpu_memory is not None:
+        engine["gpu_memory_utilization"] = args.gpu_memory
+    if args.lora_rank and args.lora_rank > 16:  # vLLM loads adapters up to rank 16 unless told more
+        engine["max_lora_rank"] = args.lora_rank
+    return dev.InternalModelConfig(init_args=dev.InitArgs(max_seq_length=args.context_tokens), engine_args=engine)
+
+
+# ------------------------------------------------------------------ the end of a run
+
+
+@dataclass(frozen=True)
+class Kept:
+    where: Path  # absolute: the run's state, history and checkpoints
+    latest: int
+    best: tuple[int, float] | None  # (step, mean val/reward) as delete_checkpoints keeps it
+    served_as: str  # the inference name of the kept best (else latest) step
+    base_url: str | None
+
+    @property
+    def step(self) -> int:
+        return self.best[0] if self.best else self.latest
+
+
+def best_step(history: Path, metric: str = "val/reward") -> tuple[int, float] | None:
+    """ART's rule (art/model.py:1681-1691): the step whose rows have the highest mean `metric`.
+
+    On equal means ART's pick is arbitrary (a polars group_by, then an unstable sort); this takes the
+    latest of them, and keep_best_and_latest hands the pick to the backend so that the printed step is kept."""
+    sums: dict[int, list[float]] = {}
+    for row in _rows(history):
+        if isinstance(row.get(metric), (int, float)) and isinstance(row.get("step"), int):
+            sums.setdefault(row["step"], []).append(float(row[metric]))
+    means = {step: sum(v) / len(v) for step, v in sums.items()}
+    return max(means.items(), key=lambda kv: (kv[1], kv[0])) if means else None
+
+
+def _rows(history: Path) -> list[dict]:
+    from .skills import read_jsonl
+
+    return [row for row in read_jsonl(history) if isinstance(row, dict)]
+
+
+async def keep_best_and_latest(model, metric: str = "val/reward") -> Kept:
+    """Delete every checkpoint but the latest and the best, before the backend is closed (ART's own order)."""
+    where = Path(model._get_output_dir()).resolve()
+    latest = await model.get_step()
+    best = best_step(where / "history.jsonl", metric)
+    keep = sorted({latest, best[0]} if best else {latest})
+    try:  # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)
+        await model.backend()._delete_checkpoint_files(model, keep)
+    except Exception as e:  # a backend that cannot delete (a network error, ...): the run itself is done
+        print(f"warning: old checkpoints were not deleted ({type(e).__name__}: {e}); all are kept", file=sys.stderr)
+    step = best[0] if best else latest
+    return Kept(where, latest, best, model.get_inference_name(step=step), model.inference_base_url)
+
+
+def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
+    """Where the run is, which checkpoint is best, and how to use it, for this backend."""
+    lines = [f"run state, history and checkpoints: {kept.where}"]
+    if kept.best:
+        lines.append(f"best validation reward {kept.best[1]:.3f} at step {kept.best[0]} (kept, with the latest, step {kept.latest})")
+    ckpt = kept.where / "checkpoints" / f"{kept.step:04d}"
+    if kind == "local":
+        rank = f" --max-lora-rank {args.lora_rank}" if args.lora_rank and args.lora_rank > 16 else ""
+        lines += ["serve it with vLLM (pip install vllm: ART's backend extra runs its own vLLM runtime, not a `vllm` command):",
+                  f"  vllm serve {args.base_model} --enable-lora{rank} --lora-modules {model_name}={ckpt}"]
+    elif kind == "serverless":
+        lines += ["call it on W&B's OpenAI-compatible API (billed), with WANDB_API_KEY as the key:",
+                  f"  base URL {kept.base_url}  model {json.dumps(kept.served_as)}"]
+    elif kind == "tinker":
+        lines += [f"its weights stay on Tinker: sampler_weights_path in {ckpt / 'info.yaml'} is its tinker:// path;",
+                  "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)"]
+    else:
+        lines.append(f"served during this run as {kept.served_as} at {kept.base_url}")
+    return lines
