@@ -152,7 +152,7 @@ async def train(args, skill, judge, sft) -> int:
 
     backend = backends.make_backend(kind)
     model = backends.make_model(args, name=f"skill-{skill.name}")
-    await model.register(backend)
+    await backends.register(model, backend, kind)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: (
         stop.set(), print("\nCtrl-C: stopping after this step (press again to abort)", file=sys.stderr),

@@ -175,10 +175,10 @@ def tinker_renderer(base_model: str) -> str | None:
 
 
 def tinker_models() -> list[str]:
-    """Base models ART prices for Tinker (art/costs.py) that its renderer lookup knows."""
+    """Chat models ART prices for Tinker (art/costs.py) that its renderer lookup knows."""
     from art.costs import MODEL_PRICING
 
-    return [m for m in MODEL_PRICING if ":" not in m and tinker_renderer(m)]
+    return [m for m in MODEL_PRICING if ":" not in m and "-Base" not in m and "-VL-" not in m and tinker_renderer(m)]
 
 
 # ------------------------------------------------------------------ building
@@ -208,6 +208,18 @@ def make_backend(kind: str):
         return getattr(importlib.import_module(module), cls)()
     except (ImportError, AttributeError) as e:
         raise Exit(2, f"--backend {kind}: cannot load it: {e}")
+
+
+async def register(model, backend, kind: str) -> None:
+    """model.register; a W&B Serverless that cannot be reached or refuses the key is one line, exit 2."""
+    from openai import APIError
+
+    try:
+        await model.register(backend)
+    except APIError as e:  # ServerlessBackend's client is an OpenAI client (art/serverless/client.py)
+        await backend.close()
+        raise Exit(2, f"--backend {kind}: could not register the model ({type(e).__name__}: {e}); "
+                      "check the API key and the network")
 
 
 def make_model(args, name: str):
@@ -291,7 +303,8 @@ def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
     """Where the run is, which checkpoint is best, and how to use it, for this backend."""
     lines = [f"run state, history and checkpoints: {kept.where}"]
     if kept.best:
-        lines.append(f"best validation reward {kept.best[1]:.3f} at step {kept.best[0]} (kept, with the latest, step {kept.latest})")
+        also = "it is the latest step" if kept.best[0] == kept.latest else f"with the latest, step {kept.latest}"
+        lines.append(f"best validation reward {kept.best[1]:.3f} at step {kept.best[0]} (kept, {also})")
     ckpt = kept.where / "checkpoints" / f"{kept.step:04d}"
     if kind == "local":
         rank = f" --max-lora-rank {args.lora_rank}" if args.lora_rank and args.lora_rank > 16 else ""

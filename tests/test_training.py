@@ -4,6 +4,7 @@ judge, and the CPU stand-in backend (skill_rl.dryrun) passed as --backend MODULE
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +46,17 @@ def steps_recorded(tmp_path):
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+def policy_requests(server) -> list[dict]:
+    return [r for r in server.requests if "Grading standards" not in r["messages"][0]["content"]]
+
+
 def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server):
+    policy_server.requests.clear()
     run = train(tmp_path, skills_dir, policy_server, "--steps", "2")
     assert run.returncode == 0, run.stderr[-2000:]
+    asked = policy_requests(policy_server)
+    assert asked and all(r.get("logprobs") is True for r in asked)  # ART trains only completions with logprobs
+    assert {r["model"] for r in asked} == {"skill-git-commit@0", "skill-git-commit@1", "skill-git-commit@2"}
     assert "starting at step 0 of 2" in run.stdout
     steps = steps_recorded(tmp_path)
     assert [s["step"] for s in steps] == [1, 2]
@@ -63,6 +72,11 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     assert "step    1 | reward" in run.stdout and "val     2 | reward" in run.stdout
     best = max((h for h in history if "val/reward" in h), key=lambda h: h["val/reward"])
     assert f"best validation reward {best['val/reward']:.3f} at step {best['step']}" in run.stdout
+    where = Path(re.search(r"^run state, history and checkpoints: (.+)$", run.stdout, re.M).group(1))
+    assert where.is_absolute() and (where / "history.jsonl").is_file()
+    # old checkpoints deleted before the backend closed, keeping the printed best and the latest
+    assert {p.name for p in (where / "checkpoints").iterdir()} == {f"{best['step']:04d}", "0002"}
+    assert "after close" not in run.stderr and "not deleted" not in run.stderr
     assert "sk-test-planted-key" not in run.stdout + run.stderr
 
     again = train(tmp_path, skills_dir, policy_server, "--steps", "3")
