@@ -233,7 +233,7 @@ async def train(args, skill, judge, sft) -> int:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
             await validate(step)
-        kept = await backends.keep_best_and_latest(model, metric="val/reward")  # ART's order: delete, then close
+        kept = await backends.keep_best_and_latest(model, step)  # ART's order: delete, then close
     finally:
         await backend.close()
 

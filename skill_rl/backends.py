@@ -11,7 +11,7 @@ numbers are that version's):
 - LocalBackend's first run builds its vLLM runtime with `uv` from PATH (art/vllm_runtime.py:629);
 - `model.delete_checkpoints` keeps the latest step and the step with the best mean metric
   (art/model.py:1677-1698), and a backend cannot delete after `close()`.
-Nothing here imports ART at module level: `--check` and `--score` import this module's callers.
+ART is imported inside functions only: train_skill.py imports this module for every command.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ LORA_RANKS = (8, 16, 32, 64, 128)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags users turn first when a model does not fit the GPU (applied through art.dev.InternalModelConfig)."""
     g = parser.add_argument_group(
-        "fitting a GPU (--backend local; --context-tokens is also the sequence length ART trains and serves with)")
+        "fitting a GPU (--backend local; --context-tokens, at most the model's context, is also the sequence "
+        "length ART trains and serves with)")
     g.add_argument("--gpu-memory", type=_fraction, default=None, metavar="F",
                    help="share of GPU memory vLLM may take, in (0, 1] (default: vLLM's own); lower it if vLLM runs "
                         "out of memory at start-up")
@@ -285,10 +286,9 @@ def _rows(history: Path) -> list[dict]:
     return [row for row in read_jsonl(history) if isinstance(row, dict)]
 
 
-async def keep_best_and_latest(model, metric: str = "val/reward") -> Kept:
-    """Delete every checkpoint but the latest and the best, before the backend is closed (ART's own order)."""
+async def keep_best_and_latest(model, latest: int, metric: str = "val/reward") -> Kept:
+    """Delete every checkpoint but the latest step and the best, before the backend is closed (ART's own order)."""
     where = Path(model._get_output_dir()).resolve()
-    latest = await model.get_step()
     best = best_step(where / "history.jsonl", metric)
     keep = sorted({latest, best[0]} if best else {latest})
     try:  # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)

@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from conftest import small_git_commit
 from skill_rl import backends
-from skill_rl.backends import Exit
+from skill_rl.cli import Exit
 from skill_rl.dryrun import DryRunBackend
 from train_skill import main, parse_args
 
@@ -192,7 +192,7 @@ def test_the_printed_best_step_is_the_one_arts_rule_keeps(tmp_path):
         art_rule = await _trained(tmp_path, "art", val)
         await art_rule.delete_checkpoints("val/reward")  # ART's own choice
         ours = await _trained(tmp_path, "ours", val)
-        kept = await backends.keep_best_and_latest(ours)
+        kept = await backends.keep_best_and_latest(ours, await ours.get_step())
         return kept_steps(art_rule), kept, kept_steps(ours)
 
     by_art, kept, by_us = asyncio.run(go())
@@ -204,7 +204,7 @@ def test_the_printed_best_step_is_the_one_arts_rule_keeps(tmp_path):
 def test_on_a_tie_the_printed_best_step_is_the_one_kept(tmp_path):
     async def go():
         model = await _trained(tmp_path, "tie", [(1, 0.5), (2, 0.5), (3, 0.2)])
-        return model, await backends.keep_best_and_latest(model)
+        return model, await backends.keep_best_and_latest(model, await model.get_step())
 
     model, kept = asyncio.run(go())
     assert kept.best[0] == 2 and kept_steps(model) == {2, 3}  # ART's own pick among 1 and 2 varies from call to call
