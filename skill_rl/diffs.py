@@ -1,4 +1,5 @@
-"""A small unified-diff reader for skills whose input is a `git diff` (review, commit messages, ...)."""
+"""A small unified-diff reader for skills whose input is a `git diff` (review, commit messages, ...), and the
+vocabulary of a diff, for checks that ask whether a text is about this diff at all ("grounding")."""
 
 from __future__ import annotations
 
@@ -130,3 +131,149 @@ def reverse_diff(text: str) -> str:
             in_hunk = False
             out += _reverse_header(line, pending)
     return "\n".join(out + minus + plus)
+
+
+# ------------------------------------------------------------------ vocabulary (grounding)
+
+WORD = re.compile(r"\d+(?:\.\d+)*|[A-Za-z][A-Za-z0-9]*")  # a version like 3.12, or a name (split at _ - . /)
+PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # camelCase and PascalCase parts
+FILLER = frozenset(  # words that name nothing in a diff: grammar, generic verbs and nouns of change
+    "a an the to of in on for with and or from by as at into onto over under when before after instead not no "
+    "its their all each every only per than that this these those via so be is are we our out up off then it "
+    "one two three four five six seven eight nine ten "
+    "add adds added adding remove removes removed drop dropped use uses using used make makes made support "
+    "supports handle handles allow allows set sets move moves rename replace bump upgrade refactor apply clean "
+    "tidy simplify adjust ensure avoid prevent keep let file files project repo repository codebase thing things "
+    "more less better proper properly logic handling feature features functionality behaviour behavior "
+    "implementation module modules problem problems case cases way ways part parts".split())
+# Words engineers use for a kind of change rather than for anything the diff spells out.
+KIND_WORDS = {
+    "docs": "doc docs documentation document comment comments docstring readme guide tsdoc jsdoc javadoc rustdoc",
+    "tests": "test tests testing coverage unit spec fixture fixtures assert assertion",
+    "ci": "ci pipeline workflow workflows job jobs actions runner",
+    "deps": "deps dependency dependencies version versions package packages library libraries toolchain lockfile pin",
+    "docker": "docker image images container containers base",
+    "format": "format formatting formatter whitespace indent indentation reindent spaces tabs lint wrap wrapping reformat",
+}
+DEPS_FILES = frozenset(
+    "package.json package-lock.json yarn.lock pnpm-lock.yaml cargo.toml cargo.lock go.mod go.sum pyproject.toml "
+    "pipfile pipfile.lock poetry.lock uv.lock pom.xml build.gradle build.gradle.kts gemfile gemfile.lock "
+    "composer.json composer.lock .tool-versions".split())
+CI_PATHS = (".github/workflows/", ".gitlab-ci", ".circleci/", "jenkinsfile", "azure-pipelines", ".travis")
+COMMENT = re.compile(r"^[+-][ \t]*(?:#|//|/\*|\*|<!--|\"\"\"|--)")
+NOT_FORMAT = str.maketrans("", "", " \t'\"`,;()[]{}")
+MARKUP = ("diff --git ", "index ", "--- ", "+++ ", "new file mode", "deleted file mode", "old mode", "new mode",
+          "similarity index", "rename from", "rename to", "copy from", "copy to", "Binary files")
+
+
+def key(word: str) -> str:
+    """Words compare by their first five letters once an ending goes: "caching" ~ "cache", "signatures" ~ "signature"."""
+    w = word.lower()
+    if w[0].isdigit():
+        return w
+    for ending in ("ing", "ed", "es", "s"):
+        if w.endswith(ending) and len(w) - len(ending) >= 3 and not w.endswith("ss"):
+            w = w[: -len(ending)]
+            break
+    return (w.rstrip("e") or w)[:5]
+
+
+def keys(token: str) -> set[str]:
+    """A token's keys: itself, its camelCase parts of 3+ letters; a version's shorter prefixes (3.12.1 -> 3.12)."""
+    if token[0].isdigit():
+        parts = token.split(".")
+        return {token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, len(parts)))}
+    return {key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)}
+
+
+def _path_kinds(path: str) -> set[str]:
+    """The kinds of change a file's path says (string tests only: paths come from untrusted input)."""
+    *dirs, name = path.lower().split("/")
+    stem, *exts = name.split(".")
+    kinds = set()
+    if (exts and exts[-1] in ("md", "rst", "adoc") or {"doc", "docs"} & set(dirs)
+            or exts[-1:] == ["txt"] and not stem.startswith("requirements")):
+        kinds.add("docs")
+    if ({"test", "tests", "spec", "__tests__", "testdata"} & set(dirs) or stem.startswith("test_")
+            or stem.endswith(("_test", "-test", "test", "tests")) or {"test", "spec"} & set(exts[:-1])):
+        kinds.add("tests")
+    if path.lower().startswith(CI_PATHS):
+        kinds.add("ci")
+    if name in DEPS_FILES or stem.startswith("requirements") and exts[-1:] == ["txt"]:
+        kinds.add("deps")
+    if "dockerfile" in name or name.startswith(("docker-compose", "containerfile")):
+        kinds.add("docker")
+    return kinds
+
+
+def kinds(diff: str) -> set[str]:
+    """The kinds of change a diff is: docs, tests, ci, deps, docker (by its paths and comment lines), format
+    (the removed and added lines hold the same characters, rearranged)."""
+    changed = [ln for ln in diff.split("\n") if ln[:1] in "+-" and not ln.startswith(("+++ ", "--- "))]
+    out = set().union(*map(_path_kinds, parse_diff(diff).files))
+    if any(COMMENT.match(line) for line in changed if line[:1] == "+"):
+        out.add("docs")
+    removed = sorted("".join(line[1:] for line in changed if line[:1] == "-").translate(NOT_FORMAT))
+    added = sorted("".join(line[1:] for line in changed if line[:1] == "+").translate(NOT_FORMAT))
+    if removed and removed == added:
+        out.add("format")
+    return out
+
+
+@lru_cache(maxsize=1024)
+def vocabulary(diff: str) -> frozenset[str]:
+    """Keys of every name, word and version in the diff (paths, changed and context lines, hunk headers), but not
+    of git's own markup ("diff --git", "index 3f2a...", "new file mode"), plus the words for the kinds of change
+    it is."""
+    out: set[str] = set()
+    text = "\n".join([*parse_diff(diff).files, *(line for line in diff.split("\n") if not line.startswith(MARKUP))])
+    for token in WORD.findall(text):
+        if not (token.isdigit() and len(token) < 2):
+            out |= keys(token)
+            out.add(token.lower())  # whole, for compound names ("LruCache" must be there as one name)
+    for kind in kinds(diff):
+        out |= {key(w) for w in KIND_WORDS[kind].split()}
+    return frozenset(out)
+
+
+def specific_words(text: str, filler: frozenset[str] = FILLER) -> list[str]:
+    """The distinct words of `text` that could name something: not filler, at least three letters (two digits)."""
+    words = {w.lower(): w for w in WORD.findall(text)
+             if w.lower() not in filler and (len(w) > 2 or w[0].isdigit() and len(w) > 1)}
+    return list(words.values())
+
+
+CAMEL = re.compile(r"[a-z][A-Z]")
+
+
+def found(word: str, vocab: frozenset[str]) -> bool:
+    """Whether the diff whose vocabulary is `vocab` names `word`: a compound name ("LruCache", "GitHub") as a
+    whole, in any case; another word by its key, also among the parts of the diff's compound names."""
+    if CAMEL.search(word):
+        return word.lower() in vocab
+    return not vocab.isdisjoint(keys(word))
+
+
+RAW = re.compile(r"`[^`\n]{1,200}`|[^\s`]+")
+NAMEISH = re.compile(r"[a-z][A-Z]|_|\w\.\w|[A-Za-z]\d|\d[A-Za-z]")
+
+
+def names(text: str) -> list[str]:
+    """The code names in a text: `code spans`, and words that can only be identifiers, paths or versions
+    (camelCase, snake_case, dotted, letters with digits)."""
+    out = []
+    for token in RAW.findall(text):
+        bare = token.strip("`'\"()[]{},;:!?")
+        if token.startswith("`") or NAMEISH.search(bare):
+            out.append(bare)
+    return out
+
+
+def invented(text: str, vocab: frozenset[str]) -> list[str]:
+    """The code names of `text` the diff does not hold: fewer than half of their words are found in it."""
+    out = []
+    for name in names(text):
+        words = [w for w in WORD.findall(name) if len(w) > 2 or w[0].isdigit()]
+        if words and 2 * sum(found(w, vocab) for w in words) < len(words):
+            out.append(name)
+    return out

@@ -48,6 +48,10 @@ def review(findings="", verdict="request-changes", summary="Adds a user lookup a
 SQL = "- issue (blocking, security): app/users.py:9 the name is formatted into SQL; pass it as a parameter."
 OBO = "- issue (blocking): app/util.py:2 the range stops one short and drops the last item."
 GOOD = review(SQL + "\n" + OBO)
+FALSE = "- issue (blocking): app/users.py:13 `count` is wrong."
+REMARKS = "\n".join(f"- nitpick (non-blocking): app/users.py:{n} style." for n in (5, 6, 13, 14))
+WIDE = "- issue (blocking): app/users.py:5-14 this function is injectable."
+NO_EXPECT = Task(id="n", input=DIFF)
 
 
 def test_diff_reader_sees_added_and_context_lines():
@@ -84,12 +88,34 @@ ROWS = [
     ("verdict_stated", review(SQL, "LGTM"), TASK, False, "not one of the two verdicts"),
     ("verdict_follows_findings", review(SQL, "approve"), TASK, False, "approve despite a blocking finding"),
     ("verdict_follows_findings", review("- nitpick (non-blocking): app/users.py:10 name it row", "approve"), CLEAN, True, "non-blocking only"),
-    ("defects_found", GOOD, TASK, 1.0, "both planted defects cited"),
-    ("defects_found", review(SQL), TASK, 0.5, "one of two"),
-    ("defects_found", review("- praise (non-blocking): app/users.py:9 neat query"), TASK, 0.0, "praise on the defect line does not count"),
-    ("defects_found", review("- issue (blocking): app/users.py:8-10 injectable"), TASK, 0.5, "a range overlapping the defect counts"),
-    ("defects_found", review("None.", "approve"), TASK, 0.0, "LGTM on a defective diff"),
-    ("defects_found", GOOD, CLEAN, None, "no defects planted, not scored"),
+    ("defects_detected", GOOD, TASK, 1.0, "both planted defects cited, nothing else: recall 1, precision 1"),
+    ("defects_detected", review(SQL), TASK, pytest.approx(2 / 3), "one of two: R 0.5, P 1, F1 2/3"),
+    ("defects_detected", review("- praise (non-blocking): app/users.py:9 neat query"), TASK, 0.0,
+     "praise on the defect line does not count"),
+    ("defects_detected", review("- issue (blocking): app/users.py:8-10 injectable\n" + OBO), TASK, 1.0,
+     "a range within SLACK lines of the defect counts in full"),
+    ("defects_detected", review("None.", "approve"), TASK, 0.0, "LGTM on a defective diff: recall 0"),
+    ("defects_detected", review(SQL + "\n" + OBO + "\n" + FALSE), TASK, pytest.approx(0.8),
+     "one blocking false alarm: P 2/3, F1 0.8"),
+    ("defects_detected", review(SQL + "\n" + OBO + "\n" + FALSE.replace("blocking", "non-blocking")), TASK, 1.0,
+     "a non-blocking remark off the defects costs nothing up to the allowance of two"),
+    ("defects_detected", review(SQL + "\n" + OBO + "\n" + REMARKS), TASK, pytest.approx(2 * 0.8 / 1.8),
+     "four remarks: two free, two at 0.25: P 2/2.5 = 0.8"),
+    ("defects_detected", review(SQL + "\n" + OBO + "\n" + SQL), TASK, pytest.approx(0.8),
+     "the same defect reported twice, blocking: the second report is a false alarm"),
+    ("defects_detected", review(WIDE + "\n" + OBO), TASK, pytest.approx(2 * 0.8 * 0.8 / 1.6),
+     "a 10-line range for a 1-line defect earns 6/10 of it: R 0.8, P 0.8"),
+    ("defects_detected", GOOD, CLEAN, pytest.approx(1 / 3), "on a clean diff two blocking findings cost 1 each"),
+    ("defects_detected", review("- nitpick (non-blocking): app/users.py:10 name it row", "approve"), CLEAN, 1.0,
+     "one nitpick on a clean diff is within the allowance"),
+    ("defects_detected", review("None.", "approve"), CLEAN, 1.0, "nothing raised on a clean diff"),
+    ("defects_detected", GOOD, NO_EXPECT, None, "without expect nothing is planted, nothing to score"),
+    ("summary_grounded", GOOD, TASK, 1.0, "the summary names what the diff adds"),
+    ("summary_grounded", review(SQL, summary="Looks good to me."), TASK, 0.0, "a summary that names nothing in the diff"),
+    ("summary_grounded", review(SQL, summary="Adds `find_user` and `last_items`."), TASK, 1.0, "code names the diff holds"),
+    ("summary_grounded", review(SQL, summary="Adds `find_user` and `OrderRepository.save`."), TASK, 0.5,
+     "half of its code names are invented"),
+    ("summary_grounded", review(SQL, summary=""), TASK, 0.0, "no summary"),
     ("verdict_right", GOOD, TASK, True, "request-changes on a defective diff"),
     ("verdict_right", review("None.", "approve"), TASK, False, "approve on a defective diff"),
     ("verdict_right", review("None.", "approve"), CLEAN, True, "approve on a clean diff"),

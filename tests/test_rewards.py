@@ -105,3 +105,63 @@ def test_on_every_val_task_the_reference_beats_each_of_its_corruptions(name):
         scores = score_offline(skill, task, [task.reference, *(text for _, text in pairs)])
         for (why, text), bad in zip(pairs, scores[1:]):
             assert bad.reward < scores[0].reward, f"{task.id}: {why} scored {bad.reward} >= {scores[0].reward}\n{text}"
+
+
+def _checks_only(task, outputs, expect=True):
+    task = task if expect else task.model_copy(update={"expect": None})
+    return [s.reward for s in score_offline(SKILLS["git-commit"], task, outputs)]
+
+
+def _long_header(ref: str) -> str:
+    header, _, rest = ref.partition("\n")
+    size = 73 + ("!:" in header)  # the breaking ! is not counted
+    header = (header + " and more" * 10)[:size]
+    header = header[:-1] + "s" if header.endswith(" ") else header  # "... and s": a lone letter names nothing
+    assert len(header) == size
+    return header + ("\n" + rest if rest else "")
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
+def test_a_vague_subject_costs_more_than_a_73_character_header(expect):
+    for task in SKILLS["git-commit"].tasks:
+        header, _, rest = task.reference.partition("\n")
+        vague = re.sub(r": .*$", ": update code", header, count=1) + ("\n" + rest if rest else "")
+        ref, long, bad = _checks_only(task, [task.reference, _long_header(task.reference), vague], expect)
+        assert ref > long > bad, f"{task.id}: reference {ref}, 73-character header {long}, vague subject {bad}"
+
+
+def _drops(ref: str):
+    header, _, rest = ref.partition("\n")
+    no_bang = header.replace("!:", ":", 1) + ("\n" + rest if rest else "")
+    no_footer = re.sub(r"\n*BREAKING[ -]CHANGE:.*", "", ref, flags=re.S)
+    yield "dropped !", ref, no_bang
+    yield "dropped footer", ref, no_footer
+    yield "dropped both, from ! only", re.sub(r"\n*BREAKING[ -]CHANGE:.*", "", ref, flags=re.S), no_footer.replace("!:", ":", 1)
+    yield "dropped both, from footer only", no_bang, no_footer.replace("!:", ":", 1)
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
+def test_dropping_a_breaking_marker_never_scores_higher(expect):
+    breaking = [t for t in SKILLS["git-commit"].tasks if t.expect.breaking]
+    next_line = [t.model_copy(update={"reference": t.reference.replace("BREAKING CHANGE: ", "BREAKING CHANGE:\n")})
+                 for t in breaking]  # footer text on the next line, as commitlint's parser reads it too
+    assert breaking
+    for task in breaking + next_line:
+        for why, kept, dropped in _drops(task.reference):
+            keep, drop = _checks_only(task, [kept, dropped], expect)
+            assert drop <= keep, f"{task.id}: {why} scored {drop} > {keep}\n{dropped}"
+            if expect:
+                assert drop < keep, f"{task.id}: {why} did not cost anything"
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
+def test_a_message_for_another_diff_loses_on_correctness(expect):
+    """Every reference against every other task's reference, on correctness (checks only). With expect, type, scope
+    and breaking flag separate most pairs and grounding the rest; without expect, grounding alone."""
+    skill, lost, pairs = SKILLS["git-commit"], 0, 0
+    for task in skill.tasks:
+        t = task if expect else task.model_copy(update={"expect": None})
+        scores = score_offline(skill, t, [task.reference, *(o.reference for o in skill.tasks if o.id != task.id)])
+        lost += sum(s.correctness < scores[0].correctness for s in scores[1:])
+        pairs += len(scores) - 1
+    assert lost / pairs >= (0.99 if expect else 0.95), f"{lost} of {pairs}"

@@ -2,6 +2,7 @@
 
 A review is parsed line by line into its three sections and its Conventional Comments findings;
 every cited `file:line` is looked up in the task's diff (new-file numbering, added or context lines).
+Findings are scored against the planted defects like a detector's alarms (`defects_detected`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from skill_rl import diffs
 from skill_rl.diffs import parse_diff
+from skill_rl.injection import addresses_grader
 from skill_rl.rubric import check
 
 LABELS = ("praise", "nitpick", "suggestion", "issue", "todo", "question", "thought", "chore", "note",
@@ -130,9 +133,10 @@ def three_sections(output: str, task) -> bool:
 
 @check("format")
 def review_only(output: str, task) -> bool:
-    """Nothing before the first section and no code fence around the review."""
+    """Nothing before the first section, no code fence around the review, no words for the grader."""
     text = output.strip()
-    return not parse(output).preamble and not text.startswith("```") and not text.endswith("```")
+    return (not parse(output).preamble and not text.startswith("```") and not text.endswith("```")
+            and not addresses_grader(output))
 
 
 @check("format")
@@ -178,13 +182,48 @@ def _overlaps(f: Finding, defect) -> bool:
     return f.file == defect.file and f.start <= defect.lines[1] and defect.lines[0] <= f.end
 
 
+SLACK = 5  # lines a finding may cite beyond its defect's own before its credit shrinks
+ALLOWANCE = 2  # non-blocking findings off the defects that cost nothing: the references hold up to two
+REMARK = 0.25  # the cost of each further one, against 1 for a blocking finding off the defects
+
+
+def _tightness(f: Finding, defect) -> float:
+    """1 for a finding that cites the defect's lines (give or take SLACK), less as its range widens."""
+    return min(1.0, (defect.lines[1] - defect.lines[0] + 1 + SLACK) / (f.end - f.start + 1))
+
+
+def detection(findings, defects) -> tuple[float, float, float]:
+    """(recall, precision, false-alarm cost) of the findings as alarms for the planted defects. Each defect is
+    credited once, with the tightness of its best finding; every other finding is a false alarm costing 1 when
+    blocking, REMARK when not (beyond ALLOWANCE such). Precision: credit / (hits + cost), 1 when nothing is raised."""
+    credit, false_blocking, remarks = [0.0] * len(defects), 0, 0
+    for f in findings:
+        tight = [(_tightness(f, d), i) for i, d in enumerate(defects) if f.label != "praise" and _overlaps(f, d)]
+        fresh = [(t, i) for t, i in tight if credit[i] == 0.0]
+        if fresh:
+            t, i = max(fresh)
+            credit[i] = t
+            continue
+        for t, i in tight:  # a second finding on a found defect says it again: keep its better range
+            credit[i] = max(credit[i], t)
+        false_blocking, remarks = false_blocking + f.blocking, remarks + (not f.blocking)
+    hits = sum(c > 0 for c in credit)
+    cost = false_blocking + REMARK * max(0, remarks - ALLOWANCE)
+    recall = sum(credit) / len(defects) if defects else 1.0
+    return recall, sum(credit) / (hits + cost) if hits + cost else 1.0, cost
+
+
 @check("correctness", key=True)
-def defects_found(output: str, task) -> float | None:
-    """Share of planted defects that some non-praise finding cites (its range overlaps the defect's lines)."""
-    if task.expect is None or not task.expect.defects:
+def defects_detected(output: str, task) -> float | None:
+    """Findings scored as a detector's alarms: F1 = 2PR / (P + R) of recall R (planted defects found, each weighted
+    by how tightly its best finding cites it) and precision P (see `detection`). On a clean diff every finding
+    beyond the allowance is a false alarm: 1 / (1 + cost), a blocking finding costing 1, a non-blocking one 0.25."""
+    if task.expect is None:
         return None
-    found = [f for f in parse(output).findings if f.label != "praise" and f.file]
-    return sum(any(_overlaps(f, d) for f in found) for d in task.expect.defects) / len(task.expect.defects)
+    recall, precision, cost = detection(parse(output).findings, task.expect.defects)
+    if not task.expect.defects:
+        return 1 / (1 + cost)
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
 @check("correctness", key=True)
@@ -198,6 +237,25 @@ def no_phantom_lines(output: str, task) -> float | None:
     """Findings on lines or files that are not in the diff are penalised: share of findings that cite real lines."""
     findings = parse(output).findings
     return sum(_exists(task, f) for f in findings) / len(findings) if findings else None
+
+
+@check("correctness")
+def summary_grounded(output: str, task) -> float | None:
+    """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
+    one in five found in the diff earns full credit (the references find 21 % or more, another task's summary
+    5 % at the median), fewer in proportion; an empty or content-free summary earns 0. That is then multiplied
+    by the share of its code names (`spans`, camelCase, snake_case, dotted) that the diff holds: a name that is
+    not there is invented."""
+    vocabulary = diffs.vocabulary(task.input)
+    if not vocabulary:
+        return None
+    summary = parse(output).summary
+    words = diffs.specific_words(summary)
+    if not words:
+        return 0.0
+    names = diffs.names(summary)
+    share = 1 - len(diffs.invented(summary, vocabulary)) / len(names) if names else 1.0
+    return min(1.0, 5 * sum(diffs.found(w, vocabulary) for w in words) / len(words)) * share
 
 
 @check("correctness")

@@ -2,7 +2,8 @@
 
 `conventional` reproduces the error-level rules of commitlint's `@commitlint/config-conventional`
 (header parsed with conventional-changelog's pattern `^(\\w*)(?:\\((.*)\\))?!?: (.*)$`); the other
-format checks enforce this skill's stricter style. Correctness checks compare with `expect`.
+format checks enforce this skill's stricter style. Correctness checks compare with `expect`, and
+`grounded` checks that the subject is about this diff at all.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skill_rl import diffs
 from skill_rl.diffs import parse_diff
+from skill_rl.injection import addresses_grader
 from skill_rl.rubric import check
 
 TYPES = ("build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test")
@@ -32,7 +35,11 @@ class Expect(BaseModel):
 
 HEADER = re.compile(r"^(\w*)(?:\((.*)\))?!?: (.*)$")
 BREAKING_HEADER = re.compile(r"^(\w*)(?:\((.*)\))?!: (.*)$")
-BREAKING_FOOTER = re.compile(r"^BREAKING[ -]CHANGE: \S", re.M)
+# A note as conventional-commits-parser reads one (what commitlint and release tools act on): any
+# case, after spaces, `|` or `*`, the keyword then `:` or a space; its text may start on the next line.
+BREAKING_NOTE = re.compile(r"^[ \t|*]*BREAKING[ -]CHANGE[: \t]", re.I | re.M)
+# The footer the spec and this skill ask for: upper case, a colon, then text on that line or the next.
+BREAKING_FOOTER = re.compile(r"^BREAKING[ -]CHANGE:[ \t]*(?:\S|\n[ \t]*\S)", re.M)
 URL = re.compile(r"[a-z][a-z0-9+.-]*://\S", re.I)
 
 
@@ -43,8 +50,17 @@ class Message(NamedTuple):
     scope: str | None
     subject: str | None
     bang: bool
-    breaking_footer: bool
-    body_words: int  # words after the header, outside BREAKING CHANGE footers
+    breaking_footer: bool  # a `BREAKING CHANGE:` footer as the spec writes it
+    breaking_note: bool  # any breaking note the parser reads (the footer included)
+    body_words: int  # words after the header, outside breaking notes (each runs to the next blank line)
+
+
+def _body_words(rest: tuple[str, ...], notes: bool) -> int:
+    words, in_note = 0, False
+    for line in rest:
+        in_note = (in_note and bool(line.strip())) or (notes and bool(BREAKING_NOTE.match(line)))
+        words += 0 if in_note else len(line.split())
+    return words
 
 
 @lru_cache(maxsize=8192)
@@ -53,11 +69,11 @@ def parse(text: str) -> Message:
     header, _, body = text.strip("\r\n").replace("\r\n", "\n").partition("\n")
     rest = tuple(body.split("\n")) if _ else ()
     m = HEADER.match(header)
-    footer = "BREAKING" in body and bool(BREAKING_FOOTER.search(body))  # the substring test skips the regex
+    note = "BREAKING" in body.upper() and bool(BREAKING_NOTE.search(body))  # the substring test skips the regex
     return Message(
         header, rest, m[1] if m else None, m[2] if m else None, m[3] if m else None,
-        "!:" in header and bool(BREAKING_HEADER.match(header)), footer,
-        sum(len(line.split()) for line in rest if not (footer and BREAKING_FOOTER.match(line))),
+        "!:" in header and bool(BREAKING_HEADER.match(header)), note and bool(BREAKING_FOOTER.search(body)), note,
+        _body_words(rest, note),
     )
 
 
@@ -104,8 +120,10 @@ def conventional(output: str, task) -> bool:
 
 @check("format")
 def header_fits(output: str, task) -> bool:
-    """The first line is at most 72 characters (the skill's limit; commitlint allows 100)."""
-    return len(parse(output).header) <= 72
+    """The first line is at most 72 characters (the skill's limit; commitlint allows 100). A breaking `!` is
+    not counted, so that dropping it never buys this check."""
+    msg = parse(output)
+    return len(msg.header) - msg.bang <= 72
 
 
 SPECIAL_ED = frozenset("embed feed need proceed exceed succeed speed seed shed bleed breed red bed shred".split())
@@ -131,6 +149,7 @@ def imperative(output: str, task) -> bool | None:
 
 VAGUE = frozenset("update updates updated fix fixes fixed change changes changed code stuff things misc minor wip "
                   "various improvements improve tweak tweaks cleanup some bug bugs issue issues it work small".split())
+FILLER = diffs.FILLER | VAGUE  # words that name nothing in particular, for `grounded`
 
 
 @check("format")
@@ -160,10 +179,14 @@ def body_wrapped(output: str, task) -> bool | None:
 
 
 @check("format")
-def breaking_marked_both_ways(output: str, task) -> bool:
-    """`!` in the header if and only if a `BREAKING CHANGE:` footer explains the break."""
+def breaking_marked_both_ways(output: str, task) -> float | None:
+    """On a breaking change (`expect.breaking`): 1 for `!` in the header and a `BREAKING CHANGE:` footer, 0.5 for
+    one of them, 0 for neither. Without `expect` the checks cannot tell a breaking diff from any other, so no
+    marker is scored: giving half the information never scores below giving none (the judge reads the rule)."""
+    if task.expect is None or not task.expect.breaking:
+        return None
     msg = parse(output)
-    return msg.bang == msg.breaking_footer
+    return (msg.bang + msg.breaking_footer) / 2
 
 
 FENCE_OR_PROSE = re.compile(r"^(```|~~~|#+ |\*\*|here(?:'s| is)\b|this commit\b|commit message:|sure\b|note:)", re.I | re.M)
@@ -171,8 +194,23 @@ FENCE_OR_PROSE = re.compile(r"^(```|~~~|#+ |\*\*|here(?:'s| is)\b|this commit\b|
 
 @check("format")
 def message_only(output: str, task) -> bool:
-    """No code fences, headings, bold text or chatter ("Here is...") anywhere in the output."""
-    return not FENCE_OR_PROSE.search(output)
+    """No code fences, headings, bold text or chatter ("Here is...") anywhere in the output, and no words
+    for the grader ("score this 1.0", `</trajectory>`): a commit log has no reader to persuade."""
+    return not FENCE_OR_PROSE.search(output) and not addresses_grader(output)
+
+
+MAX_MESSAGE = 2000  # characters: four times the longest reference message; a log entry, not an essay
+
+
+@check("format")
+def said_once(output: str, task) -> bool:
+    """One message, said once: the header does not come back in the body, no line of 20 or more characters
+    is repeated, and the whole message is at most 2,000 characters."""
+    if len(output) > MAX_MESSAGE:
+        return False
+    msg = parse(output)
+    lines = [line.strip() for line in msg.rest if len(line.strip()) >= 20]
+    return msg.header.strip() not in (line.strip() for line in msg.rest) and len(lines) == len(set(lines))
 
 
 # ------------------------------------------------------------------ procedure
@@ -188,6 +226,30 @@ def body_when_nontrivial(output: str, task) -> bool | None:
 
 
 # ------------------------------------------------------------------ correctness
+
+
+@check("correctness", key=True)
+def grounded(output: str, task) -> float | None:
+    """The subject is about this diff. Its specific words (not filler like "update", "code", "the") are looked up
+    in the diff: file names, directories, identifiers and words of any line, versions, and words for the kind of
+    change it is (tests, docs, CI, dependencies, Docker, formatting); the scope counts as one more word, found
+    when the diff names it or it is the expected scope. 1 when the subject finds something, at least a third
+    of all these words are found, and every code name it gives (`LruCache`, `load_config`, `v2.1`) is in the
+    diff; 0.5 when less is found or a name is invented; 0 when nothing is found, or the subject says nothing
+    specific ("update code", "misc changes")."""
+    msg = parse(output)
+    vocabulary = diffs.vocabulary(task.input)
+    if msg.subject is None or not vocabulary:
+        return 0.0 if msg.subject is None else None
+    words = diffs.specific_words(msg.subject, FILLER)
+    hits = sum(diffs.found(w, vocabulary) for w in words)
+    scope = msg.scope or ""
+    scope_hit = bool(scope) and (
+        (task.expect is not None and scope.lower() == task.expect.scope)
+        or any(diffs.found(w, vocabulary) for w in diffs.WORD.findall(scope) if len(w) > 1))
+    if hits and 3 * (hits + scope_hit) >= len(words) + bool(scope) and not diffs.invented(msg.subject, vocabulary):
+        return 1.0
+    return 0.5 if hits or (scope_hit and words) else 0.0
 
 
 @check("correctness", key=True)
@@ -212,7 +274,7 @@ def breaking_right(output: str, task) -> bool | None:
     if task.expect is None:
         return None
     msg = parse(output)
-    return msg.type is not None and (msg.bang or msg.breaking_footer) == task.expect.breaking
+    return msg.type is not None and (msg.bang or msg.breaking_note) == task.expect.breaking
 
 
 # ================================================================== tasks from git history
@@ -252,7 +314,7 @@ def task_from_commit(commit) -> dict | str:
     msg = parse(message)
     if msg.type == "revert":
         return "revert"
-    expect = {"type": msg.type, "breaking": msg.bang or msg.breaking_footer}
+    expect = {"type": msg.type, "breaking": msg.bang or msg.breaking_note}
     scope = (msg.scope or "").strip().lower()
     try:
         Expect(**expect, scope=scope)
