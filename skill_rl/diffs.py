@@ -166,6 +166,7 @@ MARKUP = ("diff --git ", "index ", "--- ", "+++ ", "new file mode", "deleted fil
           "similarity index", "rename from", "rename to", "copy from", "copy to", "Binary files")
 
 
+@lru_cache(maxsize=65536)
 def key(word: str) -> str:
     """Words compare by their first five letters once an ending goes: "caching" ~ "cache", "signatures" ~ "signature"."""
     w = word.lower()
@@ -178,12 +179,13 @@ def key(word: str) -> str:
     return (w.rstrip("e") or w)[:5]
 
 
-def keys(token: str) -> set[str]:
+@lru_cache(maxsize=65536)
+def keys(token: str) -> frozenset[str]:
     """A token's keys: itself, its camelCase parts of 3+ letters; a version's shorter prefixes (3.12.1 -> 3.12)."""
     if token[0].isdigit():
         parts = token.split(".")
-        return {token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, len(parts)))}
-    return {key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)}
+        return frozenset({token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, len(parts)))})
+    return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)})
 
 
 def _path_kinds(path: str) -> set[str]:
@@ -236,16 +238,18 @@ def vocabulary(diff: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def specific_words(text: str, filler: frozenset[str] = FILLER) -> list[str]:
+@lru_cache(maxsize=8192)
+def specific_words(text: str, filler: frozenset[str] = FILLER) -> tuple[str, ...]:
     """The distinct words of `text` that could name something: not filler, at least three letters (two digits)."""
     words = {w.lower(): w for w in WORD.findall(text)
              if w.lower() not in filler and (len(w) > 2 or w[0].isdigit() and len(w) > 1)}
-    return list(words.values())
+    return tuple(words.values())
 
 
 CAMEL = re.compile(r"[a-z][A-Z]")
 
 
+@lru_cache(maxsize=65536)
 def found(word: str, vocab: frozenset[str]) -> bool:
     """Whether the diff whose vocabulary is `vocab` names `word`: a compound name ("LruCache", "GitHub") as a
     whole, in any case; another word by its key, also among the parts of the diff's compound names."""
@@ -258,7 +262,8 @@ RAW = re.compile(r"`[^`\n]{1,200}`|[^\s`]+")
 NAMEISH = re.compile(r"[a-z][A-Z]|_|\w\.\w|[A-Za-z]\d|\d[A-Za-z]")
 
 
-def names(text: str) -> list[str]:
+@lru_cache(maxsize=8192)
+def names(text: str) -> tuple[str, ...]:
     """The code names in a text: `code spans`, and words that can only be identifiers, paths or versions
     (camelCase, snake_case, dotted, letters with digits)."""
     out = []
@@ -266,7 +271,7 @@ def names(text: str) -> list[str]:
         bare = token.strip("`'\"()[]{},;:!?")
         if token.startswith("`") or NAMEISH.search(bare):
             out.append(bare)
-    return out
+    return tuple(out)
 
 
 def invented(text: str, vocab: frozenset[str]) -> list[str]:

@@ -180,6 +180,8 @@ class GroupResult:
     judge_error: str | None = None
     judge_calls: int = 0
     seconds: float = 0.0
+    judge_duplicates: int = 0  # outputs not sent to the judge: an identical one was, and they share its score
+    judge_skipped: bool = False  # every output was the same: nothing to rank, so the judge was not called
 
 
 class Scorer:
@@ -200,27 +202,32 @@ class Scorer:
                      if (d in self.skill.judged or d not in covered) and self.skill.weights[d] > 0)
 
     async def score(self, task: Task, outputs: list[str]) -> GroupResult:
+        """Checks for every output; then, per judged dimension, one RULER call over the group's distinct outputs
+        (identical outputs share one judgement). A group of identical outputs is not judged: it ranks nothing."""
         start = time.perf_counter()
         results = [run_checks(self.fns, o, task) for o in outputs]
         dims = self.judged_dimensions
         out = GroupResult([combine(self.skill, self.fns, r) for r in results])
-        if not dims or not outputs:
+        distinct = list(dict.fromkeys(outputs))
+        out.judge_skipped = bool(dims) and len(outputs) > 1 and len(distinct) == 1
+        if not dims or not outputs or out.judge_skipped:
             out.seconds = time.perf_counter() - start
             return out
         loop = asyncio.get_running_loop()
         if self._params_loop is not loop:  # the judge's HTTP client belongs to one event loop
             self._params, self._params_loop = _litellm_params(self.judge), loop
-        out.judge_calls = len(dims)
+        out.judge_calls, out.judge_duplicates = len(dims), len(outputs) - len(distinct)
         per_dim = await asyncio.gather(
-            *(_ruler(self.judge, self._params, self.skill, task.input, outputs, d) for d in dims), return_exceptions=True)
+            *(_ruler(self.judge, self._params, self.skill, task.input, distinct, d) for d in dims), return_exceptions=True)
         failed = [e for e in per_dim if isinstance(e, Exception)]
         if failed:
             out.judge_failed, out.judge_error = True, str(failed[0])
         else:
+            at = {o: i for i, o in enumerate(distinct)}
             out.scores = [
-                combine(self.skill, self.fns, r, {d: per_dim[k][i][0] for k, d in enumerate(dims)},
-                        "\n".join(f"{d}: {per_dim[k][i][1]}" for k, d in enumerate(dims)))
-                for i, r in enumerate(results)
+                combine(self.skill, self.fns, r, {d: per_dim[k][at[o]][0] for k, d in enumerate(dims)},
+                        "\n".join(f"{d}: {per_dim[k][at[o]][1]}" for k, d in enumerate(dims)))
+                for o, r in zip(outputs, results)
             ]
         out.seconds = time.perf_counter() - start
         return out

@@ -12,7 +12,7 @@ from .reward import GroupResult, Scorer
 from .skills import Skill, Task
 
 # Set up front on every trajectory; dimensions and checks are added when scored (see Score.metrics).
-STEP_KEYS = ("judged", "judge_failed", "truncated")
+STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "truncated")
 
 
 async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
@@ -37,10 +37,15 @@ def output_of(traj: art.Trajectory) -> str:
 
 def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.TrajectoryGroup:
     """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics)."""
+    seen: set[str] = set()
     for traj, score in zip(group.trajectories, result.scores):
         traj.reward = score.reward
         traj.metrics.update(score.metrics())
         traj.metrics["judge_failed"] = float(result.judge_failed)
+        traj.metrics["judge_skipped"] = float(result.judge_skipped)
+        output = output_of(traj)  # the second and later copies of an output shared the first one's judgement
+        traj.metrics["judge_duplicate"] = float(result.judge_calls > 0 and output in seen)
+        seen.add(output)
         if score.judge:
             traj.log(score.judge)
     if result.judge_error:

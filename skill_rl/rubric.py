@@ -65,6 +65,9 @@ class Score:
     checks: Mapping[str, CheckResult]
     judge: str | None = None  # the judge's explanation(s), None when not judged
     judged: bool = False  # False: offline / deterministic-only score
+    by_checks: Mapping[str, float] = MappingProxyType({})  # per dimension: the checks' mean, where checks apply
+    by_judge: Mapping[str, float] = MappingProxyType({})  # per dimension: the judge's score, where it scored
+    gated: tuple[str, ...] = ()  # dimensions whose gate check failed
 
     def metrics(self) -> dict[str, float]:
         """Trajectory metrics. A dimension or check that was not scored is left out, so ART's
@@ -72,6 +75,9 @@ class Score:
         out = {"reward": self.reward, "judged": float(self.judged)}
         out.update({d: getattr(self, d) for d in DIMENSIONS if getattr(self, d) is not None})
         out.update({f"check/{k}": float(v) for k, v in self.checks.items() if v is not None})
+        out.update({f"by_checks/{d}": v for d, v in self.by_checks.items()})
+        out.update({f"by_judge/{d}": v for d, v in self.by_judge.items()})
+        out["format_gate_failed"] = float("format" in self.gated)
         return out
 
 
@@ -112,10 +118,14 @@ def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult
     """Fold check results and (optional) judge scores into a Score, by the formula in the docstring."""
     judge_scores = judge_scores or {}
     dims: dict[str, float | None] = {}
+    by_checks, gates = {}, []
     for d, (det, gated) in dimension_scores(fns, results).items():
         j = judge_scores.get(d)
+        if det is not None:
+            by_checks[d] = det
         if gated:
             dims[d] = 0.0
+            gates.append(d)
         elif det is not None and j is not None:
             dims[d] = (det + j) / 2
         else:
@@ -124,7 +134,8 @@ def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult
     total = sum(skill.weights[d] for d in scored)
     reward = sum(skill.weights[d] * dims[d] for d in scored) / total if total else 0.0
     return Score(dims["format"], dims["procedure"], dims["correctness"], reward,
-                 MappingProxyType(dict(results)), explanation, bool(judge_scores))
+                 MappingProxyType(dict(results)), explanation, bool(judge_scores),
+                 MappingProxyType(by_checks), MappingProxyType(dict(judge_scores)), tuple(gates))
 
 
 def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:

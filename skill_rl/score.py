@@ -95,12 +95,15 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO,
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
+               "judge_skipped": 0, "judge_duplicates": 0,
                "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
 
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
         async with gate:
             result = await scorer.score(task, outputs)
         summary["judge_failures"] += result.judge_failed
+        summary["judge_skipped"] += result.judge_skipped
+        summary["judge_duplicates"] += result.judge_duplicates
         if result.judge_error:
             errors.append(f"{path}:{line}: judge failed, scored by checks only: {result.judge_error}")
         recs = [record(line, i, task_id, s) for i, s in enumerate(result.scores)]
@@ -134,6 +137,9 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     console.print(table)
     if summary["bad_lines"] or summary["judge_failures"]:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s)")
+    if summary["judge_skipped"] or summary["judge_duplicates"]:
+        console.print(f"not sent to the judge: {summary['judge_skipped']} group(s) of identical outputs, "
+                      f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement")
 
 
 def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False) -> int:

@@ -13,8 +13,9 @@ from skill_rl.skills import Task, load_skill
 ROOT = Path(__file__).resolve().parent.parent
 SKILL = load_skill(ROOT / "skills/git-commit", with_tasks=False)
 EXPECT = SKILL.checks.Expect(type="fix", breaking=False)
-TASK = Task(id="t", input="diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-a = 1\n+a = 2\n", expect=EXPECT)
-OUTPUTS = ["fix: set a to 2", "fix(core): set a to 2 so the limit matches the docs", "Added stuff."]
+TASK = Task(id="t", input="diff --git a/core/limits.py b/core/limits.py\n--- a/core/limits.py\n+++ b/core/limits.py\n"
+                          "@@ -1 +1 @@\n-limit = 1\n+limit = 2\n", expect=EXPECT)
+OUTPUTS = ["fix: set limit to 2", "fix(core): set the limit to 2 so it matches the docs", "Added stuff."]
 
 
 def score(server, outputs=OUTPUTS, **judge_kw):
@@ -81,3 +82,22 @@ def test_an_output_cannot_break_out_of_its_trajectory_or_steer_the_others(server
         assert "&lt;/trajectory&gt;" in prompt
     # the other candidates were read exactly as before (the fake judge scores by length, relative to the longest)
     assert [s.checks for s in attacked.scores[:3]] == [s.checks for s in clean.scores]
+
+
+def test_identical_outputs_are_judged_once_and_share_the_score(server):
+    outputs = [OUTPUTS[0], OUTPUTS[1], OUTPUTS[0], OUTPUTS[2], OUTPUTS[1]]
+    result = score(server, outputs=outputs)
+    assert not result.judge_failed and result.judge_duplicates == 2 and not result.judge_skipped
+    for prompt in server.judge_prompts:
+        assert prompt.count("<trajectory id=") == 3  # the three distinct outputs, once each
+    rewards = [s.reward for s in result.scores]
+    assert rewards[0] == rewards[2] and rewards[1] == rewards[4]
+    assert [s.reward for s in result.scores[:2] + result.scores[3:4]] == [s.reward for s in score(server).scores]
+
+
+def test_a_group_of_identical_outputs_is_not_judged(server):
+    result = score(server, outputs=[OUTPUTS[1]] * 4)
+    assert result.judge_skipped and server.judge_calls == 0 and result.judge_calls == 0
+    assert not any(s.judged for s in result.scores)
+    assert [s.reward for s in result.scores] == [s.reward for s in score_offline(SKILL, TASK, [OUTPUTS[1]] * 4)]
+    assert not score(server, outputs=[OUTPUTS[1]]).judge_skipped  # one output (--score FILE) is still judged

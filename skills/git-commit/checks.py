@@ -238,16 +238,21 @@ def grounded(output: str, task) -> float | None:
     diff; 0.5 when less is found or a name is invented; 0 when nothing is found, or the subject says nothing
     specific ("update code", "misc changes")."""
     msg = parse(output)
-    vocabulary = diffs.vocabulary(task.input)
-    if msg.subject is None or not vocabulary:
-        return 0.0 if msg.subject is None else None
-    words = diffs.specific_words(msg.subject, FILLER)
+    if msg.subject is None:
+        return 0.0
+    return _grounding(msg.subject, msg.scope or "", task.input, task.expect.scope if task.expect else None)
+
+
+@lru_cache(maxsize=8192)
+def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None) -> float | None:
+    vocabulary = diffs.vocabulary(diff)
+    if not vocabulary:
+        return None
+    words = diffs.specific_words(subject, FILLER)
     hits = sum(diffs.found(w, vocabulary) for w in words)
-    scope = msg.scope or ""
-    scope_hit = bool(scope) and (
-        (task.expect is not None and scope.lower() == task.expect.scope)
-        or any(diffs.found(w, vocabulary) for w in diffs.WORD.findall(scope) if len(w) > 1))
-    if hits and 3 * (hits + scope_hit) >= len(words) + bool(scope) and not diffs.invented(msg.subject, vocabulary):
+    scope_hit = bool(scope) and (scope.lower() == expected_scope
+                                 or any(diffs.found(w, vocabulary) for w in diffs.WORD.findall(scope) if len(w) > 1))
+    if hits and 3 * (hits + scope_hit) >= len(words) + bool(scope) and not diffs.invented(subject, vocabulary):
         return 1.0
     return 0.5 if hits or (scope_hit and words) else 0.0
 
