@@ -139,6 +139,7 @@ async def train(args, skill, judge, sft) -> int:
     from art.utils.iterate_dataset import iterate_dataset
 
     from skill_rl.evaluate import print_table, summarize
+    from skill_rl.monitor import Monitor
     from skill_rl.reward import Scorer
     from skill_rl.rollout import rollout, score_group
 
@@ -153,6 +154,7 @@ async def train(args, skill, judge, sft) -> int:
     backend = backends.make_backend(kind)
     model = backends.make_model(args, name=f"skill-{skill.name}")
     await backends.register(model, backend, kind)
+    monitor = Monitor.resume(Path(model._get_output_dir()) / "history.jsonl")  # reward-hacking signs, per step
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: (
         stop.set(), print("\nCtrl-C: stopping after this step (press again to abort)", file=sys.stderr),
@@ -223,12 +225,13 @@ async def train(args, skill, judge, sft) -> int:
             result = await backend.train(model, groups, learning_rate=args.learning_rate)
             step = result.step
             totals["steps"] += 1
-            m = step_means(groups)
-            await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}}, step=step, split="train")
+            m, (watch, warning) = step_means(groups), monitor.step(groups)
+            await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}, **watch},
+                            step=step, split="train")
             print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
                   f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | rollout errors "
                   f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
-                  f"| {time.perf_counter() - start:.2f} s", flush=True)
+                  f"| {time.perf_counter() - start:.2f} s" + (f" | warning: {warning}" if warning else ""), flush=True)
             if step % args.eval_every == 0 and step < last:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
