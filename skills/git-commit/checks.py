@@ -243,6 +243,9 @@ def grounded(output: str, task) -> float | None:
     return _grounding(msg.subject, msg.scope or "", task.input, task.expect.scope if task.expect else None)
 
 
+FOUND_SHARE = 3  # full credit when one in three of the subject's specific words (and scope) is found
+
+
 @lru_cache(maxsize=8192)
 def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None) -> float | None:
     vocabulary = diffs.vocabulary(diff)
@@ -252,7 +255,7 @@ def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None) 
     hits = sum(diffs.found(w, vocabulary) for w in words)
     scope_hit = bool(scope) and (scope.lower() == expected_scope
                                  or any(diffs.found(w, vocabulary) for w in diffs.WORD.findall(scope) if len(w) > 1))
-    if hits and 3 * (hits + scope_hit) >= len(words) + bool(scope) and not diffs.invented(subject, vocabulary):
+    if hits and FOUND_SHARE * (hits + scope_hit) >= len(words) + bool(scope) and not diffs.invented(subject, vocabulary):
         return 1.0
     return 0.5 if hits or (scope_hit and words) else 0.0
 
