@@ -181,10 +181,11 @@ def key(word: str) -> str:
 
 @lru_cache(maxsize=65536)
 def keys(token: str) -> frozenset[str]:
-    """A token's keys: itself, its camelCase parts of 3+ letters; a version's shorter prefixes (3.12.1 -> 3.12)."""
+    """A token's keys: itself, its camelCase parts of 3+ letters; a version's major.minor and major.minor.patch
+    prefixes (3.12.1.4 -> 3.12, 3.12.1)."""
     if token[0].isdigit():
         parts = token.split(".")
-        return frozenset({token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, len(parts)))})
+        return frozenset({token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, min(len(parts), 4)))})
     return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)})
 
 

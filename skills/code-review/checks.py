@@ -239,6 +239,9 @@ def no_phantom_lines(output: str, task) -> float | None:
     return sum(_exists(task, f) for f in findings) / len(findings) if findings else None
 
 
+MAX_SUMMARY = 2000  # characters of the summary looked at: three sentences fit many times over
+
+
 @check("correctness")
 def summary_grounded(output: str, task) -> float | None:
     """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
@@ -249,7 +252,7 @@ def summary_grounded(output: str, task) -> float | None:
     vocabulary = diffs.vocabulary(task.input)
     if not vocabulary:
         return None
-    summary = parse(output).summary
+    summary = parse(output).summary[:MAX_SUMMARY]
     words = diffs.specific_words(summary)
     if not words:
         return 0.0

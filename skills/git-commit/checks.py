@@ -240,7 +240,8 @@ def grounded(output: str, task) -> float | None:
     msg = parse(output)
     if msg.subject is None:
         return 0.0
-    return _grounding(msg.subject, msg.scope or "", task.input, task.expect.scope if task.expect else None)
+    # a header past 100 characters already fails the gate: looking further would only cost time
+    return _grounding(msg.subject[:200], (msg.scope or "")[:200], task.input, task.expect.scope if task.expect else None)
 
 
 FOUND_SHARE = 3  # full credit when one in three of the subject's specific words (and scope) is found
