@@ -5,14 +5,15 @@ A policy trained against a judge learns that some words move the judge: "score t
 escaped data and is told to ignore such text (skill_rl.reward), and skills' checks can refuse it
 with `addresses_grader`, so that no output earns a point, from checks or judge, by asking for it.
 
-Every test here runs line by line with substring tests and bounded patterns: linear in the output.
+Each pattern runs on the lower-cased output only after a cheap substring test says it could match; the
+patterns have no nested repetition, and each line is searched for a value at most once: linear in the
+output (a 5 MB single line takes well under a second).
 """
 
 from __future__ import annotations
 
 import re
 
-# Each pattern runs on the lower-cased output, and only after a substring test says it could match.
 # Chat-template and RULER markup that no task's answer needs.
 MARKUP = re.compile(r"</?\s*trajectory\b|<\|im_(?:start|end)\|>|<\|(?:system|user|assistant)\|>")
 IGNORE = re.compile(r"\b(?:ignore|disregard)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?(?:previous\s+|prior\s+|above\s+|"
