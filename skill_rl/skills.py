@@ -31,6 +31,11 @@ SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "all
 SKILL_RL_KEYS = {f"weight-{d}" for d in DIMENSIONS} | {"judge", "derive-checks"}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_LINE_CHARS = 1_000_000  # one task line bigger than this is an error, not a model input
+BOM = b"\xef\xbb\xbf"
+# YAML that PyYAML reads but the reference validator's parser (strictyaml) refuses, by token type
+STRICTYAML_REFUSES = {"FlowMappingStartToken": "flow style '{...}'", "FlowSequenceStartToken": "flow style '[...]'",
+                      "AnchorToken": "an anchor '&'", "AliasToken": "an alias '*'", "TagToken": "a tag '!'"}
+QUOTE_IT = "put the value in quotes (YAML reads unquoted yes, no, true, false and numbers as other types)"
 
 
 class SkillError(Exception):
@@ -136,6 +141,9 @@ def _read_text(path: Path, problems: list[str]) -> str | None:
     except OSError as e:
         problems.append(_problem(path, None, f"cannot read file: {e.strerror}"))
         return None
+    if data.startswith(BOM):  # reported, then read past: the other problems are still worth listing
+        problems.append(_problem(path, 1, "file starts with a UTF-8 byte-order mark, which the Agent Skills reference "
+                                          "validator (skills-ref) and other agents refuse: save it as UTF-8 without BOM"))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -148,12 +156,15 @@ def _read_text(path: Path, problems: list[str]) -> str | None:
 def _split_frontmatter(path: Path, text: str, problems: list[str]) -> tuple[str, str, int] | None:
     """Return (yaml text, body, line where the body starts)."""
     lines = text.split("\n")
-    if not lines or lines[0].strip() != "---":
+    if not lines or lines[0].rstrip() != "---":
         problems.append(_problem(path, 1, "SKILL.md must start with a '---' line opening the YAML frontmatter"))
         return None
     for i, line in enumerate(lines[1:], start=1):
         if line.strip() == "---":
             return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :]), i + 2
+        if "---" in line:  # the reference parser ends the frontmatter at the first '---' anywhere
+            problems.append(_problem(path, i + 1, "frontmatter holds '---' inside a line; the Agent Skills reference "
+                                                  "parser would end the frontmatter there: reword it"))
     problems.append(_problem(path, 1, "frontmatter opened with '---' is never closed by a '---' line"))
     return None
 
@@ -183,9 +194,12 @@ def _yaml_key_lines(path: Path, source: str, problems: list[str]) -> dict[str, i
     return lines
 
 
-def _pydantic_problems(path: Path, err: ValidationError, line_of) -> list[str]:
+def _pydantic_problems(path: Path, err: ValidationError, line_of, skip: set[str] = frozenset()) -> list[str]:
+    """One line per error; errors on the top-level fields in `skip` (already reported) are left out."""
     out = []
     for e in err.errors():
+        if e["loc"] and str(e["loc"][0]) in skip:
+            continue
         loc = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
             msg = f"field '{loc}' is not allowed"
@@ -202,11 +216,9 @@ def _frontmatter(path: Path, source: str, problems: list[str]) -> tuple[Frontmat
     key_lines = _yaml_key_lines(path, source, problems)
     if key_lines is None:
         return None, {}
+    problems.extend(_strictyaml_problems(path, source))
     data = yaml.safe_load(source)
-    for key in ("name", "description", "license", "compatibility", "allowed-tools"):
-        if isinstance(data.get(key), (int, float, bool)):  # YAML `name: 123`: say so, don't coerce
-            problems.append(_problem(path, key_lines[key], f"field '{key}' must be a string, got {_show(data[key])}"))
-            data.pop(key)
+    reported = _scalar_problems(path, data, key_lines, problems)
     extra = [k for k in data if k not in SPEC_KEYS]
     for key in extra:
         problems.append(
@@ -217,8 +229,43 @@ def _frontmatter(path: Path, source: str, problems: list[str]) -> tuple[Frontmat
     try:
         return Frontmatter.model_validate(data), key_lines
     except ValidationError as e:
-        problems.extend(_pydantic_problems(path, e, lambda loc: key_lines.get(str(loc[0]))))
+        problems.extend(_pydantic_problems(path, e, lambda loc: key_lines.get(str(loc[0])), skip=reported))
         return None, key_lines
+
+
+def _strictyaml_problems(path: Path, source: str) -> list[str]:
+    """YAML the reference validator refuses (its parser, strictyaml, allows a strict subset of YAML)."""
+    out = []
+    for token in yaml.scan(source, Loader=yaml.SafeLoader):
+        what = STRICTYAML_REFUSES.get(type(token).__name__)
+        if what:
+            out.append(_problem(path, token.start_mark.line + 2, f"frontmatter uses {what}, which the Agent Skills "
+                                "reference validator (skills-ref) refuses: write plain indented YAML"))
+    return out
+
+
+def _scalar_problems(path: Path, data: dict, key_lines: dict[str, int], problems: list[str]) -> set[str]:
+    """Strings that YAML read as something else, and the rules where skill-rl is stricter than the spec on
+    purpose. Offending values are removed from `data`; returns the top-level fields reported."""
+    reported = set()
+    for key in ("name", "description", "license", "compatibility", "allowed-tools"):
+        if isinstance(data.get(key), (int, float, bool)):  # YAML `description: yes`: say so, once, don't coerce
+            problems.append(_problem(path, key_lines[key], f"field '{key}' must be a string, got {_show(data[key])}: {QUOTE_IT}"))
+            reported.add(key)
+    if isinstance(data.get("description"), str) and re.search("[<>]", data["description"]):
+        problems.append(_problem(path, key_lines["description"], "field 'description' must not contain '<' or '>': "
+                                 "stricter than the Agent Skills spec on purpose, as agents put descriptions inside "
+                                 "XML tags in their prompts"))
+        reported.add("description")
+    meta = data.get("metadata")
+    for k, v in list(meta.items()) if isinstance(meta, dict) else []:
+        if not isinstance(v, str):
+            problems.append(_problem(path, key_lines["metadata"], f"field 'metadata.{k}' must be a string, got {_show(v)}: "
+                                     f"{QUOTE_IT}; stricter than skills-ref on purpose, which turns any value into a string"))
+            meta.pop(k)
+    for key in reported:
+        data.pop(key)
+    return reported
 
 
 def _settings(path: Path, fm: Frontmatter, line: int | None, problems: list[str]):
@@ -458,13 +505,39 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
-def list_skills(skills_dir: Path) -> list[Path]:
-    return sorted(p.parent for p in Path(skills_dir).glob("*/SKILL.md"))
+def shipped_skills_dir() -> Path:
+    """The skills that come with skill-rl: `skills/` of a checkout (editable installs included), or the
+    copy that a wheel or a plain `pip install .` puts in the package as `skill_rl/shipped_skills`."""
+    package = Path(__file__).resolve().parent
+    installed = package / "shipped_skills"
+    return installed if installed.is_dir() else package.parent / "skills"
 
 
-def find_skill(skills_dir: Path, name: str) -> Path:
-    folder = Path(skills_dir) / name
-    if (folder / "SKILL.md").exists():
-        return folder
-    names = ", ".join(p.name for p in list_skills(skills_dir)) or "none"
-    raise SkillError([f"{display(skills_dir)}: no skill named {name!r} (available: {names})"])
+def skill_dirs(explicit: Path | None = None) -> list[Path]:
+    """Where skills are looked up, first match wins: `--skills-dir` alone when given; otherwise `skills/`
+    in the working directory (when there is one), then the shipped skills."""
+    if explicit is not None:
+        return [Path(explicit)]
+    here, shipped = Path.cwd() / "skills", shipped_skills_dir()
+    if here.is_dir() and here.resolve() != shipped.resolve():
+        return [here, shipped]
+    return [shipped]
+
+
+def list_skills(skills_dirs: Path | list[Path]) -> list[Path]:
+    """Every skill folder in `skills_dirs`, by name; a name found twice is the first folder's."""
+    found: dict[str, Path] = {}
+    for d in [skills_dirs] if isinstance(skills_dirs, Path) else skills_dirs:
+        for p in sorted(Path(d).glob("*/SKILL.md")):
+            found.setdefault(p.parent.name, p.parent)
+    return sorted(found.values(), key=lambda p: p.name)
+
+
+def find_skill(skills_dirs: Path | list[Path], name: str) -> Path:
+    dirs = [skills_dirs] if isinstance(skills_dirs, Path) else skills_dirs
+    for d in dirs:
+        if (Path(d) / name / "SKILL.md").exists():
+            return Path(d) / name
+    names = ", ".join(p.name for p in list_skills(dirs)) or "none"
+    where = " or ".join(display(d) for d in dirs)
+    raise SkillError([f"{where}: no skill named {name!r} (available: {names})"])

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import skills_ref
 
 from skill_rl.skills import load_skill
 from train_skill import main
@@ -58,6 +59,16 @@ def test_every_shipped_skill_passes_check(name, capsys):
     assert "ok" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_skill_passes_the_agent_skills_reference_validator(name):
+    assert skills_ref.validate(ROOT / "skills" / name) == []
+
+
+def test_the_init_template_passes_the_agent_skills_reference_validator(tmp_path, capsys):
+    assert main(["--skills-dir", str(tmp_path), "--init", "release-notes"]) == 0
+    assert skills_ref.validate(tmp_path / "release-notes") == []
+
+
 def test_valid_skill_loads_steps_weights_and_splits(tmp_path):
     skill = load_skill(make(tmp_path))
     assert skill.steps == ("Read the question.", "Answer it.")
@@ -93,7 +104,28 @@ BAD = [
     ("weights not summing to 1", GOOD_MD.replace('weight-format: "0.3"', 'weight-format: "0.5"'), GOOD_TASKS, None,
      ["{d}/SKILL.md:4: field 'metadata.weight-*' must sum to 1, got 0.5 + 0.4 + 0.3 = 1.2"]),
     ("metadata value not a string", GOOD_MD.replace('weight-format: "0.3"', "weight-format: 0.3"), GOOD_TASKS, None,
-     ["{d}/SKILL.md:4: field 'metadata.weight-format': input should be a valid string, got 0.3"]),
+     ["{d}/SKILL.md:4: field 'metadata.weight-format' must be a string, got 0.3: put the value in quotes (YAML reads "
+      "unquoted yes, no, true, false and numbers as other types); stricter than skills-ref on purpose, which turns "
+      "any value into a string"]),
+    ("description a YAML boolean", GOOD_MD.replace("Answer a question in one line.", "yes"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:3: field 'description' must be a string, got True: put the value in quotes (YAML reads unquoted "
+      "yes, no, true, false and numbers as other types)"]),
+    ("description with angle brackets", GOOD_MD.replace("in one line.", "in one <b>line</b>."), GOOD_TASKS, None,
+     ["{d}/SKILL.md:3: field 'description' must not contain '<' or '>': stricter than the Agent Skills spec on "
+      "purpose, as agents put descriptions inside XML tags in their prompts"]),
+    ("UTF-8 byte-order mark", b"\xef\xbb\xbf" + GOOD_MD.encode(), GOOD_TASKS, None,
+     ["{d}/SKILL.md:1: file starts with a UTF-8 byte-order mark, which the Agent Skills reference validator "
+      "(skills-ref) and other agents refuse: save it as UTF-8 without BOM"]),
+    ("YAML flow style", GOOD_MD.replace("name: demo", "name: demo\nlicense: [MIT]"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:3: frontmatter uses flow style '[...]', which the Agent Skills reference validator (skills-ref) "
+      "refuses: write plain indented YAML", "{d}/SKILL.md:3: field 'license': input should be a valid string, got ['MIT']"]),
+    ("YAML anchor and alias", GOOD_MD.replace("name: demo", "name: &n demo\nlicense: *n"), GOOD_TASKS, None,
+     ["{d}/SKILL.md:2: frontmatter uses an anchor '&', which the Agent Skills reference validator (skills-ref) "
+      "refuses: write plain indented YAML", "{d}/SKILL.md:3: frontmatter uses an alias '*', which the Agent Skills "
+      "reference validator (skills-ref) refuses: write plain indented YAML"]),
+    ("'---' inside the frontmatter", GOOD_MD.replace("in one line.", "in one line --- briefly."), GOOD_TASKS, None,
+     ["{d}/SKILL.md:3: frontmatter holds '---' inside a line; the Agent Skills reference parser would end the "
+      "frontmatter there: reword it"]),
     ("invalid JSON on line 2", GOOD_MD, '{"id": "a", "input": "x"}\n{"id": "b", "input": }\n', None,
      ["{d}/tasks.jsonl:2: invalid JSON at column 22: Expecting value"]),
     ("missing id", GOOD_MD, '{"input": "x"}\n', None,
