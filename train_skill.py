@@ -33,7 +33,7 @@ from pathlib import Path
 
 from skill_rl import backends, mining, warmstart
 from skill_rl.cli import Exit
-from skill_rl.skills import SkillError, find_skill, load_skill
+from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_argument_group("skill")
     s.add_argument("--skill", help="skill folder name under --skills-dir")
-    s.add_argument("--skills-dir", type=Path, default=HERE / "skills", help="where skills live (default: skills/ beside this script)")
+    s.add_argument("--skills-dir", type=Path, default=None,
+                   help="where skills live (default: ./skills if present, then the shipped skills; --init: ./skills)")
     s.add_argument("--list", action="store_true", help="list the skills with their descriptions")
     s.add_argument("--init", metavar="NAME", help="start a new skill NAME from the template")
     s.add_argument("--check", action="store_true", help="validate SKILL.md and tasks.jsonl, print a summary")
@@ -50,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--eval", action="store_true", help="compare --model endpoints on the skill's held-out tasks")
     s.add_argument("--out", type=Path, help="--score: JSONL file (default stdout); --eval: output folder; --tasks-from-git: tasks file")
     s.add_argument("--resume", action="store_true", help="--score/--eval: keep what --out already holds, do only the rest")
+    s.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when output is not a terminal)")
 
     j = p.add_argument_group("judge (RULER)")
     j.add_argument("--judge", choices=("ruler", "none"), default="ruler", help="'none' scores offline: checks only")
@@ -67,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     e.add_argument("--limit", type=int, default=None, help="--eval: the first N tasks only; --tasks-from-git: the newest N commits of --rev")
     e.add_argument("--samples", type=int, default=1, help="outputs per model per task (default 1)")
     e.add_argument("--concurrency", type=int, default=8, help="requests in flight per model (default 8)")
+    e.add_argument("--baseline", action="store_true", help="also score each model without the SKILL.md, in the same judge groups")
 
     t = p.add_argument_group("training")
     t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | MODULE:CLASS (default auto)")
@@ -94,6 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def make_judge(args):
     """The judge from flags and environment (the one place secrets and endpoints are read)."""
+    from skill_rl.env import judge_env_problem
     from skill_rl.reward import DEFAULT_JUDGE, Judge
 
     if args.judge == "none":
@@ -101,11 +105,9 @@ def make_judge(args):
     base_url = args.judge_base_url or os.environ.get("JUDGE_BASE_URL")
     model = args.judge_model or (f"openai/{os.environ.get('JUDGE_MODEL', 'judge')}" if base_url else DEFAULT_JUDGE)
     key = args.judge_api_key or os.environ.get("JUDGE_API_KEY")
-    if model.startswith("openai/") and not base_url:
-        key = key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise Exit(2, f"judge {model} needs OPENAI_API_KEY (or JUDGE_API_KEY) in the environment or .env; "
-                          "or point --judge-base-url at a local judge; or pass --judge none to score offline")
+    model, problem = judge_env_problem(model, base_url, key)  # any LiteLLM provider, checked before spending
+    if problem:
+        raise Exit(2, problem)
     return Judge(model=model, base_url=base_url, api_key=key, attempts=args.judge_attempts, timeout=args.judge_timeout)
 
 
@@ -140,6 +142,7 @@ async def train(args, skill, judge, sft) -> int:
 
     from skill_rl.evaluate import print_table, summarize
     from skill_rl.monitor import Monitor
+    from skill_rl.plots import PLOT_NAME, reward_plot
     from skill_rl.reward import Scorer
     from skill_rl.rollout import rollout, score_group
 
@@ -170,6 +173,7 @@ async def train(args, skill, judge, sft) -> int:
 
     async def gather(batch_tasks, desc):
         stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0}
+        mark = scorer.usage.copy()
 
         async def after_each(group):
             stats["rollout_errors"] += len(group.exceptions)
@@ -184,7 +188,7 @@ async def train(args, skill, judge, sft) -> int:
         try:
             groups = await art.gather_trajectory_groups(
                 (group_of(t, args.rollouts_per_group) for t in batch_tasks),
-                pbar_desc=desc, max_exceptions=args.max_exceptions, after_each=after_each,
+                pbar_desc=None if args.quiet else desc, max_exceptions=args.max_exceptions, after_each=after_each,
                 max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
         except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
             raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {args.max_exceptions} allows "
@@ -193,13 +197,14 @@ async def train(args, skill, judge, sft) -> int:
         stats["dropped"] = len(batch_tasks) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
         for k, v in stats.items():  # training and validation alike
             totals[k] += v
-        return groups, stats
+        return groups, stats, scorer.usage.since(mark)  # the judge's tokens and cost for this batch
 
     async def validate(step: int) -> float | None:
         if not val_tasks:
             return None
-        groups, stats = await gather(val_tasks, f"val @ {step}")
-        await model.log(groups, metrics={f"val_{k}": float(v) for k, v in stats.items()}, step=step, split="val")
+        groups, stats, used = await gather(val_tasks, f"val @ {step}")
+        await model.log(groups, metrics={**{f"val_{k}": float(v) for k, v in stats.items()}, **used.metrics("eval")}, step=step, split="val")
+        reward_plot(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}")
@@ -218,7 +223,7 @@ async def train(args, skill, judge, sft) -> int:
             if step >= last or stop.is_set():
                 break
             start = time.perf_counter()
-            groups, stats = await gather(batch.items, f"step {step + 1}")
+            groups, stats, used = await gather(batch.items, f"step {step + 1}")
             if not groups:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue
@@ -226,12 +231,14 @@ async def train(args, skill, judge, sft) -> int:
             step = result.step
             totals["steps"] += 1
             m, (watch, warning) = step_means(groups), monitor.step(groups)
-            await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}, **watch},
+            await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}, **watch,
+                                             **used.metrics("train")},
                             step=step, split="train")
             print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
                   f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | rollout errors "
                   f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
-                  f"| {time.perf_counter() - start:.2f} s" + (f" | warning: {warning}" if warning else ""), flush=True)
+                  f"| judge {used.brief()} (so far {scorer.usage.brief()}) | {time.perf_counter() - start:.2f} s"
+                  + (f" | warning: {warning}" if warning else ""), flush=True)
             if step % args.eval_every == 0 and step < last:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
@@ -245,6 +252,8 @@ async def train(args, skill, judge, sft) -> int:
         rows = [summarize(f"{model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], scorer)]
         print_table(skill, rows, title=f"{skill.name}: validation of the trained model (step {last_step})")
     print("\n" + "\n".join(backends.ending_lines(kind, args, model.name, kept)))
+    if (kept.where / PLOT_NAME).exists():
+        print(f"reward plot: {kept.where / PLOT_NAME}")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
     return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures")) else 0
@@ -255,20 +264,20 @@ async def train(args, skill, judge, sft) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from dotenv import load_dotenv
+    from skill_rl.env import load_env
 
-    load_dotenv()
+    load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
     from skill_rl import cli
 
     try:
         if args.list:
-            return cli.list_skills(args.skills_dir)
+            return cli.list_skills(skill_dirs(args.skills_dir))
         if args.init:
-            return cli.init_skill(args.skills_dir, args.init)
+            return cli.init_skill(args.skills_dir or Path("skills"), args.init)  # the user's ./skills, never the install
         if not args.skill:
             raise Exit(2, "pass --skill NAME (see --list), or --list / --init NAME")
-        folder = find_skill(args.skills_dir, args.skill)
+        folder = find_skill(skill_dirs(args.skills_dir), args.skill)
         if args.tasks_from_git is not None:
             return mining.run(load_skill(folder, with_tasks=False), args)
         skill = load_skill(folder)
@@ -277,7 +286,7 @@ def main(argv=None) -> int:
         if args.score:
             from skill_rl import score
 
-            return score.run(skill, args.score, make_judge(args), args.out, resume=args.resume)
+            return score.run(skill, args.score, make_judge(args), args.out, resume=args.resume, quiet=args.quiet)
         if args.eval:
             from skill_rl import evaluate
 

@@ -21,19 +21,20 @@ class Exit(Exception):
         self.code = code
 
 
-def list_skills(skills_dir: Path) -> int:
+def list_skills(skills_dirs: list[Path]) -> int:
     console = Console()
-    table = Table(title=f"skills in {skills_dir}")
-    table.add_column("name")
-    table.add_column("description")
-    folders = skill_folders(skills_dir)
+    where = " then ".join(display(d) for d in skills_dirs)
+    table = Table(title=f"skills in {where}")
+    for col in ("name", "description", "folder"):
+        table.add_column(col)
+    folders = skill_folders(skills_dirs)
     for folder in folders:
         try:
             skill = load_skill(folder, with_tasks=False)
-            table.add_row(skill.name, skill.description)
+            table.add_row(skill.name, skill.description, display(folder))
         except SkillError as e:
-            table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]")
-    console.print(table if folders else f"no skills in {skills_dir}")
+            table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]", display(folder))
+    console.print(table if folders else f"no skills in {where}")
     return 0
 
 

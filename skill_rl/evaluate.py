@@ -4,6 +4,11 @@ RULER's scores are relative within a group, so a judge score only compares outpu
 together. For each task, every model's outputs are judged in ONE group (one judge call per judged
 dimension per task): the procedure and correctness columns compare models head to head on the same
 input. Deterministic checks are absolute and need no such care.
+
+With `--baseline`, each model also answers every task without the SKILL.md: its system prompt is
+then only the skill's frontmatter `description` (what an agent knows of a skill before it loads
+it). Those outputs join the same judge groups, so the difference between a model's two rows is
+what the SKILL.md body buys that model.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ import json
 import os
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .progress import bar
 from .reward import Judge, Scorer
 from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
@@ -28,6 +34,16 @@ class Endpoint:
     model: str
     base_url: str | None
     api_key: str = field(repr=False, default="none")
+    with_skill: bool = True  # False: the --baseline arm, prompted with the description only
+
+
+def with_baselines(endpoints: list[Endpoint]) -> list[Endpoint]:
+    """Each endpoint followed by its no-skill arm."""
+    return [arm for ep in endpoints for arm in (ep, replace(ep, label=f"{ep.label} (no skill)", with_skill=False))]
+
+
+def system_prompt(skill: Skill, ep: Endpoint) -> str:
+    return skill.body if ep.with_skill else skill.description
 
 
 def parse_spec(spec: str, base_url: str | None, api_key: str | None) -> Endpoint:
@@ -110,7 +126,8 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     width = 0.8 / max(1, len(rows))
     fig, ax = plt.subplots(figsize=(8, 4))
     for i, r in enumerate(rows):
-        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=r["model"])
+        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=r["model"],
+               hatch="//" if r.get("baseline") else None)
     ax.set_xticks([c + width * (len(rows) - 1) / 2 for c in range(len(cols))], cols)
     ax.set_ylim(0, 1)
     ax.set_ylabel("mean score")
@@ -133,24 +150,25 @@ def client(ep: Endpoint, timeout: float):
 
 async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
                    max_tokens: int, gate: asyncio.Semaphore) -> list[tuple[str, str | None]]:
-    """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message."""
+    """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message
+    (the description alone for a --baseline arm)."""
+    messages = [{"role": "system", "content": system_prompt(skill, ep)}, {"role": "user", "content": task.input}]
     async with gate:
         completion = await client.chat.completions.create(
             model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
-            messages=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}])
+            messages=messages)
     outs = [(c.message.content or "", c.finish_reason) for c in completion.choices]
     while len(outs) < samples:  # servers that ignore `n`
         async with gate:
             more = await client.chat.completions.create(
-                model=ep.model, temperature=temperature, max_tokens=max_tokens,
-                messages=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}])
+                model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages)
         outs.append((more.choices[0].message.content or "", more.choices[0].finish_reason))
     return outs[:samples]
 
 
 async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
                    samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
-                   timeout: float = 120.0, done: list[dict] = (), sink=None) -> dict:
+                   timeout: float = 120.0, done: list[dict] = (), sink=None, quiet: bool = False) -> dict:
     """Generate with every endpoint and judge each task's outputs from all models as one group.
 
     Tasks that already have records in `done` are skipped; each finished task's records (outputs,
@@ -184,11 +202,14 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         records.extend(new)
         if sink:
             sink(new)
+        advance()
 
-    await asyncio.gather(*(one(t) for t in tasks if t.id not in finished))
+    todo = [t for t in tasks if t.id not in finished]
+    with bar("evaluating", len(todo), quiet) as advance:
+        await asyncio.gather(*(one(t) for t in todo))
     for c in clients.values():
         await c.close()
-    return tabulate(records, endpoints, scorer, judge_failures)
+    return {**tabulate(records, endpoints, scorer, judge_failures), "judge_usage": scorer.usage}
 
 
 def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, judge_failures: int) -> dict:
@@ -201,9 +222,32 @@ def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, jud
         mine = [r for r in scored if r["model"] == ep.label]
         row = summarize(ep.label, [r["metrics"] for r in mine], scorer, len(errors[ep.label]))
         row["truncated"] = sum(r["truncated"] for r in mine)
+        row["baseline"] = not ep.with_skill
         rows.append(row)
-    return {"rows": rows, "records": scored, "errors": errors, "judge_failures": judge_failures,
+    return {"rows": rows, "uplift": uplift(rows), "records": scored, "errors": errors, "judge_failures": judge_failures,
             "judged_dimensions": scorer.judged_dimensions}
+
+
+def uplift(rows: list[dict]) -> dict[str, dict]:
+    """For each model with a --baseline row: its scores with the SKILL.md minus without, per column."""
+    by_label = {r["model"]: r for r in rows}
+    out = {}
+    for r in rows:
+        base = by_label.get(f"{r['model']} (no skill)")
+        if base and not r["baseline"]:
+            out[r["model"]] = {c: None if r[c] is None or base[c] is None else round(r[c] - base[c], 6)
+                               for c in (*DIMENSIONS, "overall")}
+    return out
+
+
+def uplift_lines(result: dict) -> list[str]:
+    return [f"skill uplift, {label}: overall {_signed(u['overall'])} ("
+            + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS) + ") with the SKILL.md vs the description only"
+            for label, u in result["uplift"].items()]
+
+
+def _signed(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.3f}"
 
 
 def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, split: str) -> None:
@@ -214,10 +258,14 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
           f"Scored with {mode}; procedure and correctness from the judge compare the models on the same "
           "tasks (one judge group per task). `overall` is the weighted reward; the interval is a 95 % bootstrap "
           "over outputs.", ""]
+    md += [f"- {line}" for line in uplift_lines(result)] + ([""] if result["uplift"] else [])
+    if judge:
+        md += [f"Judge use in this invocation: {result['judge_usage'].describe(judge.model)}.", ""]
     atomic_write(out / "results.md", "\n".join(md))
     records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
     payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
                "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
+               "uplift": result["uplift"], "judge_usage": result["judge_usage"].as_dict() if judge else None,
                "errors": result["errors"], "judge_failures": result["judge_failures"], "records": records}
     atomic_write(out / "results.json", json.dumps(payload, indent=1))
     bar_chart(result["rows"], out / "chart.png", title)
@@ -234,6 +282,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     except ValueError as e:
         print(f"error: {e}")
         return 2
+    endpoints = with_baselines(endpoints) if args.baseline else endpoints
     if len({e.label for e in endpoints}) != len(endpoints):
         print("error: two --model specs share a label; name them label=ID@URL")
         return 2
@@ -260,7 +309,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
 
         result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
                                       max_tokens=args.max_tokens, concurrency=args.concurrency, done=done, sink=sink,
-                                      timeout=args.request_timeout))
+                                      timeout=args.request_timeout, quiet=args.quiet))
     write_results(skill, result, out, judge, args.split)
     mode = f"judge {judge.model}" if judge else "offline: checks only"
     print_table(skill, result["rows"], f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})")
@@ -272,6 +321,10 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
             print(f"{row['model']}: ... {len(errs) - 3} more failures")
         if row["truncated"]:
             print(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)")
+    for line in uplift_lines(result):
+        print(line)
+    if judge:
+        print(result["judge_usage"].describe(judge.model))
     if result["judge_failures"]:
         print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed")
     print(f"wrote {out}/results.md, results.json, chart.png, records.jsonl")

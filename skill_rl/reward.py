@@ -16,10 +16,11 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .rubric import Score, clamp, combine, run_checks, skill_checks
 from .skills import Skill, Task
+from .usage import JudgeUsage, recording
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
 
@@ -92,7 +93,7 @@ def _litellm_params(judge: Judge) -> dict:
     """Keyword arguments for litellm. An OpenAI-compatible judge gets our own client, whose transport
     unwraps JSON from code fences (RULER 0.5.23 raises on them) and which does not retry by itself."""
     params = {"timeout": judge.timeout, "temperature": 0.0, "num_retries": 0}
-    if judge.base_url or judge.model.startswith("openai/"):
+    if judge.model.startswith("openai/"):
         import httpx
         from openai import AsyncOpenAI
 
@@ -121,8 +122,8 @@ def _litellm_params(judge: Judge) -> dict:
             http_client=httpx.AsyncClient(transport=FenceTolerant(), timeout=judge.timeout),
         )
         params["api_key"] = api_key
-    elif judge.api_key:
-        params["api_key"] = judge.api_key
+    else:  # any other LiteLLM provider: its own client, at --judge-base-url when given
+        params.update({k: v for k, v in (("api_key", judge.api_key), ("api_base", judge.base_url)) if v})
     return params
 
 
@@ -135,8 +136,10 @@ def _retry_after(error: Exception) -> float | None:
         return None
 
 
-async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outputs: list[str], dimension: str):
-    """One RULER call for one dimension, retried; returns [(score, explanation)] in output order."""
+async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outputs: list[str], dimension: str,
+                 usage: JudgeUsage):
+    """One RULER call for one dimension, retried; returns [(score, explanation)] in output order. Every judge
+    response, a retried one included, is counted into `usage`."""
     import art
     import litellm
     from art.rewards import ruler_score_group
@@ -153,9 +156,10 @@ async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outp
     delay, error = judge.backoff, None
     for attempt in range(judge.attempts):
         try:
-            judged = await asyncio.wait_for(
-                ruler_score_group(group, judge.model, extra_litellm_params=params, rubric=text),
-                timeout=judge.timeout * 2)
+            with recording(judge.model, usage):
+                judged = await asyncio.wait_for(
+                    ruler_score_group(group, judge.model, extra_litellm_params=params, rubric=text),
+                    timeout=judge.timeout * 2)
             scores = [clamp(t.metrics.get("ruler_score")) for t in judged.trajectories]
             if len(scores) != len(outputs) or any(s is None for s in scores):
                 raise ValueError(f"judge returned unusable scores {scores}")
@@ -182,6 +186,7 @@ class GroupResult:
     seconds: float = 0.0
     judge_duplicates: int = 0  # outputs not sent to the judge: an identical one was, and they share its score
     judge_skipped: bool = False  # every output was the same: nothing to rank, so the judge was not called
+    usage: JudgeUsage = field(default_factory=JudgeUsage)  # the judge's tokens and cost for this group
 
 
 class Scorer:
@@ -191,6 +196,7 @@ class Scorer:
         self.skill, self.judge = skill, judge
         self.fns = skill_checks(skill)
         self._params, self._params_loop = None, None
+        self.usage = JudgeUsage()  # every group scored so far
 
     @property
     def judged_dimensions(self) -> tuple[str, ...]:
@@ -218,7 +224,9 @@ class Scorer:
             self._params, self._params_loop = _litellm_params(self.judge), loop
         out.judge_calls, out.judge_duplicates = len(dims), len(outputs) - len(distinct)
         per_dim = await asyncio.gather(
-            *(_ruler(self.judge, self._params, self.skill, task.input, distinct, d) for d in dims), return_exceptions=True)
+            *(_ruler(self.judge, self._params, self.skill, task.input, distinct, d, out.usage) for d in dims),
+            return_exceptions=True)
+        self.usage.add(out.usage)
         failed = [e for e in per_dim if isinstance(e, Exception)]
         if failed:
             out.judge_failed, out.judge_error = True, str(failed[0])

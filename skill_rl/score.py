@@ -16,6 +16,7 @@ from typing import TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .progress import bar
 from .reward import Judge, Scorer
 from .skills import Skill, Task, atomic_write, read_jsonl
 
@@ -88,14 +89,14 @@ def finished(out_path: Path, items) -> set[int]:
 
 
 async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO, concurrency: int = 8,
-                     skip: set[int] = frozenset()) -> dict:
+                     skip: set[int] = frozenset(), quiet: bool = False) -> dict:
     """Score every line of `path` not in `skip`, writing each group's records to `out` as soon as it is scored."""
     errors: list[str] = []
     items = [item for item in read_items(path, skill, errors) if item[0] not in skip]
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
-               "judge_skipped": 0, "judge_duplicates": 0,
+               "judge_skipped": 0, "judge_duplicates": 0, "usage": scorer.usage,
                "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
 
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
@@ -111,8 +112,10 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO,
         out.flush()
         summary["records"] += recs
         summary["outputs"] += len(outputs)
+        advance()
 
-    await asyncio.gather(*(one(*item) for item in items))
+    with bar(f"scoring {path.name}", len(items), quiet) as advance:
+        await asyncio.gather(*(one(*item) for item in items))
     return summary
 
 
@@ -135,6 +138,8 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
 
     table.add_row("mean", mean("format"), mean("procedure"), mean("correctness"), mean("reward"))
     console.print(table)
+    if judge:
+        print(summary["usage"].describe(judge.model), file=sys.stderr)  # one line, never wrapped
     if summary["bad_lines"] or summary["judge_failures"]:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s)")
     if summary["judge_skipped"] or summary["judge_duplicates"]:
@@ -142,7 +147,8 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
                       f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement")
 
 
-def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False) -> int:
+def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False,
+        quiet: bool = False) -> int:
     if resume and out_path is None:
         print("error: --resume needs --out FILE (the records written so far)", file=sys.stderr)
         return 2
@@ -152,7 +158,7 @@ def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, re
         print(f"resuming: {len(skip)} line(s) of {path} already scored in {out_path}", file=sys.stderr)
     out = open(out_path, "a" if resume else "w") if out_path else sys.stdout
     try:
-        summary = asyncio.run(score_file(skill, path, judge, out, skip=skip))
+        summary = asyncio.run(score_file(skill, path, judge, out, skip=skip, quiet=quiet))
     finally:
         if out_path:
             out.close()

@@ -6,7 +6,10 @@ It answers `POST /v1/chat/completions` for two kinds of caller:
     with `judge_fn(texts) -> scores`;
   - the policy (anything else): `policy_fn(request) -> str`, where request is the JSON body; with
     per-token logprobs when the request asks for them, as vLLM and OpenAI answer.
-Faults can be queued per caller to make the next calls misbehave (see FAULTS).
+Faults can be queued per caller to make the next calls misbehave (see FAULTS). Every answer reports
+`usage`: the prompt's tokens counted by LiteLLM with tiktoken's encoding for the requested model, as
+OpenAI counts a chat prompt; the completion's counted the same way, except for an answer with logprobs,
+whose count is its logprobs' (as ART checks). The server keeps what it reported in `usage_reported`.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class FakeOpenAI:
         self.always_fail_policy: str | None = None  # ... and every policy call
         self.requests: list[dict] = []
         self.judge_prompts: list[str] = []
+        self.usage_reported: list[dict] = []  # {"judge": bool, "prompt_tokens": n, "completion_tokens": n} per answer
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -90,14 +94,33 @@ class FakeOpenAI:
     # ---------------------------------------------------------------- answers
 
     def _completion(self, content: str | None, finish_reason: str = "stop", model: str = "fake",
-                    logprobs: bool = False) -> dict:
+                    logprobs: bool = False, request: dict | None = None) -> dict:
         tokens = TOKEN.findall(content or "")  # usage agrees with the logprobs, as ART checks
+        usage = self._usage(request, content or "", model, len(tokens) if logprobs else None) if request is not None else {}
         return {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": token_logprobs(tokens) if logprobs else None,
                          "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": len(tokens), "total_tokens": 10 + len(tokens)},
+            "usage": usage,  # {} for a body cut short on purpose
         }
+
+    def _usage(self, request: dict, content: str, model: str, completion: int | None) -> dict:
+        from litellm import token_counter
+
+        tiktoken = {"type": "openai_tokenizer", "tokenizer": None}  # the model's tiktoken encoding; never a download
+        messages = [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in request.get("messages") or []]
+        prompt = token_counter(model=model, messages=messages, custom_tokenizer=tiktoken) if messages else 0
+        if completion is None:
+            completion = token_counter(model=model, text=content, custom_tokenizer=tiktoken) if content else 0
+        is_judge = bool(messages) and "Grading standards" in messages[0]["content"]
+        with self._lock:
+            self.usage_reported.append({"judge": is_judge, "prompt_tokens": prompt, "completion_tokens": completion})
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def reported(self, judge: bool = True) -> tuple[int, int]:
+        """(prompt, completion) tokens reported so far to the judge's (or the policy's) callers."""
+        rows = [u for u in self.usage_reported if u["judge"] == judge]
+        return sum(u["prompt_tokens"] for u in rows), sum(u["completion_tokens"] for u in rows)
 
     def _judge_answer(self, request: dict, fault: str | None) -> tuple[int, dict | str]:
         prompt = request["messages"][1]["content"]  # the trajectories; a corrective retry appends turns after it
@@ -114,7 +137,7 @@ class FakeOpenAI:
         content = json.dumps({"scores": items})
         if fault == "fenced":
             content = f"```json\n{content}\n```"
-        return 200, self._completion(content, model=request.get("model", "judge"))
+        return 200, self._completion(content, model=request.get("model", "judge"), request=request)
 
     def _handler(self):
         server = self
@@ -171,12 +194,13 @@ class FakeOpenAI:
                 if is_judge:
                     status, body = server._judge_answer(request, fault)
                     return self._send(status, body)
-                logprobs = bool(request.get("logprobs"))
+                logprobs, model = bool(request.get("logprobs")), request.get("model", "policy")
                 if fault == "empty":
-                    return self._send(200, server._completion("", logprobs=logprobs))
+                    return self._send(200, server._completion("", model=model, logprobs=logprobs, request=request))
                 text = server.policy_fn(request)
                 if fault == "length":
-                    return self._send(200, server._completion(text[: max(1, len(text) // 3)], "length", logprobs=logprobs))
-                return self._send(200, server._completion(text, model=request.get("model", "policy"), logprobs=logprobs))
+                    cut = text[: max(1, len(text) // 3)]
+                    return self._send(200, server._completion(cut, "length", model, logprobs, request))
+                return self._send(200, server._completion(text, model=model, logprobs=logprobs, request=request))
 
         return Handler

@@ -101,3 +101,25 @@ def test_a_group_of_identical_outputs_is_not_judged(server):
     assert not any(s.judged for s in result.scores)
     assert [s.reward for s in result.scores] == [s.reward for s in score_offline(SKILL, TASK, [OUTPUTS[1]] * 4)]
     assert not score(server, outputs=[OUTPUTS[1]]).judge_skipped  # one output (--score FILE) is still judged
+
+
+def test_judge_tokens_counted_equal_what_the_server_reported_retried_answers_included(server):
+    server.judge_faults.append("wrong-count")  # an answer RULER asks again for: paid for, so counted
+    result = score(server)
+    assert not result.judge_failed
+    prompt, completion = server.reported(judge=True)
+    assert prompt > 1000 and completion > 50  # real counts of a real judge prompt and answer
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (prompt, completion)
+    assert result.usage.responses == len([u for u in server.usage_reported if u["judge"]]) == 3
+    assert result.usage.unpriced == 3 and not result.usage.priced  # 'openai/judge' is in no price map
+
+
+def test_judge_cost_is_the_price_map_rate_times_the_tokens_reported(server):
+    import litellm
+
+    judge = Judge(model="openai/gpt-4.1-mini", base_url=server.url, api_key="sk-test", backoff=0.05, timeout=2)
+    result = asyncio.run(Scorer(SKILL, judge).score(TASK, OUTPUTS))
+    prompt, completion = server.reported(judge=True)
+    rates = litellm.model_cost["gpt-4.1-mini"]
+    expected = prompt * rates["input_cost_per_token"] + completion * rates["output_cost_per_token"]
+    assert result.usage.priced and result.usage.cost == pytest.approx(expected, rel=1e-9)

@@ -52,6 +52,7 @@ def policy_requests(server) -> list[dict]:
 
 def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server):
     policy_server.requests.clear()
+    reported_before = len(policy_server.usage_reported)
     run = train(tmp_path, skills_dir, policy_server, "--steps", "2")
     assert run.returncode == 0, run.stderr[-2000:]
     asked = policy_requests(policy_server)
@@ -78,6 +79,15 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     assert {p.name for p in (where / "checkpoints").iterdir()} == {f"{best['step']:04d}", "0002"}
     assert "after close" not in run.stderr and "not deleted" not in run.stderr
     assert "sk-test-planted-key" not in run.stdout + run.stderr
+    judged = [u for u in policy_server.usage_reported[reported_before:] if u["judge"]]
+    for kind in ("prompt", "completion"):  # the judge tokens logged, train and val, are the ones the server reported
+        logged = sum(h.get(f"{split}/judge_{kind}_tokens", 0) for h in history for split in ("train", "val"))
+        assert logged == sum(u[f"{kind}_tokens"] for u in judged) > 0
+    # 'openai/judge' (a served judge) is in no price map: tokens are shown, the cost is not guessed
+    assert re.search(r"^step +2 \|.* \| judge [\d,]+ tok, price unknown \(so far [\d,]+ tok, price unknown\) \| [\d.]+ s$",
+                     run.stdout, re.M), run.stdout
+    plot = where / "rewards.png"  # drawn at each validation, named at the end
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"reward plot: {plot}" in run.stdout
 
     again = train(tmp_path, skills_dir, policy_server, "--steps", "3")
     assert again.returncode == 0, again.stderr[-2000:]

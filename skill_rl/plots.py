@@ -1,0 +1,61 @@
+"""The run's reward plot: train reward and each rubric dimension per step, val reward at each validation,
+the best validation marked. Drawn from the run's `history.jsonl`, so a resumed run's plot holds every
+step. matplotlib (Agg, no display needed) is imported only when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .skills import DIMENSIONS
+
+PLOT_NAME = "rewards.png"
+
+
+def read_history(history: Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) series per metric of interest; a line cut short by a crash is skipped."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    keys = ("train/reward", *(f"train/{d}" for d in DIMENSIONS), "val/reward")
+    for raw in history.read_text(errors="replace").splitlines() if history.exists() else []:
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            continue
+        for k in keys:
+            if isinstance(row.get(k), (int, float)) and isinstance(row.get("step"), int):
+                series.setdefault(k, []).append((row["step"], float(row[k])))
+    return series
+
+
+def reward_plot(run_dir: Path, title: str = "") -> Path | None:
+    """Write `<run_dir>/rewards.png` (whole or not at all) and return its path; None when there is nothing yet."""
+    series = read_history(Path(run_dir) / "history.jsonl")
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, style in [("train/reward", dict(lw=2, color="black")), *((f"train/{d}", dict(lw=1, alpha=0.7)) for d in DIMENSIONS)]:
+        if key in series:
+            ax.plot(*zip(*series[key]), label=key.removeprefix("train/") + " (train)", **style)
+    if "val/reward" in series:
+        ax.plot(*zip(*series["val/reward"]), "o--", color="tab:red", label="reward (val)")
+        step, best = max(series["val/reward"], key=lambda p: p[1])
+        ax.annotate(f"best {best:.3f} @ {step}", (step, best), xytext=(0, 10), textcoords="offset points",
+                    ha="center", color="tab:red")
+        ax.plot([step], [best], "*", ms=14, color="tab:red")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="step", ylabel="mean score", ylim=(0, 1.08), title=title or "rewards")
+    ax.legend(fontsize="small", loc="lower right")
+    fig.tight_layout()
+    path = Path(run_dir) / PLOT_NAME
+    tmp = path.with_name(".rewards.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
