@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .derived import derive
-from .skills import DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill
+from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill,
+                     shipped_skills_dir)
 
 TEMPLATE = Path(__file__).parent / "template"
 
@@ -25,15 +26,17 @@ def list_skills(skills_dirs: list[Path]) -> int:
     console = Console()
     where = " then ".join(display(d) for d in skills_dirs)
     table = Table(title=f"skills in {where}")
-    for col in ("name", "description", "folder"):
+    for col in ("name", "description", "from"):
         table.add_column(col)
     folders = skill_folders(skills_dirs)
+    shipped = shipped_skills_dir().resolve()
     for folder in folders:
+        origin = "shipped" if folder.parent.resolve() == shipped else display(folder.parent)
         try:
             skill = load_skill(folder, with_tasks=False)
-            table.add_row(skill.name, skill.description, display(folder))
+            table.add_row(skill.name, skill.description, origin)
         except SkillError as e:
-            table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]", display(folder))
+            table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]", origin)
     console.print(table if folders else f"no skills in {where}")
     return 0
 

@@ -8,6 +8,8 @@ start-up, not a training run scored by checks only.
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -39,14 +41,27 @@ def judge_env_problem(model: str, base_url: str | None, api_key: str | None) -> 
 
     litellm.suppress_debug_info = True  # no banner on stdout for an unknown provider
     try:
-        name, provider, _, _ = litellm.get_llm_provider(model, api_base=base_url)
+        name, provider, _, _ = litellm.get_llm_provider(model, api_base=base_url or None)
     except litellm.BadRequestError:
         return model, (f"judge {model}: LiteLLM does not know this provider; use a LiteLLM model id "
                        "such as openai/gpt-4.1-mini, anthropic/..., gemini/..., ollama/...")
     model = model if model.startswith(f"{provider}/") else f"{provider}/{name}"
-    missing = litellm.validate_environment(model, api_key=api_key, api_base=base_url).get("missing_keys") or []
+    with _blank_vars_unset():  # `KEY=` (a copied .env.example) is not a key, though LiteLLM would count it
+        missing = litellm.validate_environment(model, api_key=api_key or None, api_base=base_url or None).get("missing_keys") or []
     if not missing:
         return model, None
     return model, (f"judge {model} needs {', '.join(missing)} (as LiteLLM reports) in {where_keys_go()}; or pass "
                    "--judge-api-key / JUDGE_API_KEY, or point --judge-base-url at an OpenAI-compatible judge, "
                    "or pass --judge none to score offline")
+
+
+@contextmanager
+def _blank_vars_unset():
+    """Unset variables whose value is blank for the duration (start-up only: nothing else runs yet)."""
+    blank = {k: v for k, v in os.environ.items() if not v.strip()}
+    for k in blank:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(blank)

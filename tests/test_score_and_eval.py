@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from openai_server import FakeOpenAI
+from openai_server import FakeOpenAI, candidates
+from skill_rl.skills import load_skill
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +50,26 @@ def test_score_with_a_judge_behind_base_url_fills_judged_dimensions(tmp_path, ca
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert all(r["judged"] and r["procedure"] is not None and r["judge"] for r in records)
     assert server.judge_calls == 2
-    assert "sk-planted" not in (tmp_path / "out.jsonl").read_text() + capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "sk-planted" not in (tmp_path / "out.jsonl").read_text() + err
+    prompt, completion = server.reported(judge=True)  # the summary's token counts are the server's
+    assert f"2 response(s), {prompt:,} prompt + {completion:,} completion tokens; cost unknown" in err
+
+
+@pytest.mark.parametrize("terminal,quiet,drawn", [(True, False, True), (True, True, False), (False, False, False)])
+def test_score_draws_a_progress_bar_only_on_a_terminal_and_not_with_quiet(tmp_path, capsys, monkeypatch,
+                                                                         terminal, quiet, drawn):
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    if terminal:
+        monkeypatch.setenv("FORCE_COLOR", "1")  # rich then treats the captured stderr as a terminal
+    else:
+        monkeypatch.delenv("FORCE_COLOR", raising=False)  # captured output is not a terminal: a pipe
+    src = write_jsonl(tmp_path / "in.jsonl", [{"input": DIFF, "output": "fix: raise the limit"}] * 3)
+    code = main(["--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(tmp_path / "out.jsonl"),
+                 *(["--quiet"] if quiet else [])])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert ("scoring in.jsonl" in err and "3/3" in err) == drawn, err
 
 
 GOOD = {"git-commit": "fix(app): raise the limit to 2\n\nThe old limit dropped valid requests.",
@@ -87,6 +107,30 @@ def test_eval_ranks_the_better_model_first_and_writes_every_file(tmp_path, capsy
             "judge"} <= set(result["records"][0])
     assert "| good |" in (out / "results.md").read_text()
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_baseline_scores_each_model_without_the_skill_in_the_same_judge_groups(tmp_path, capsys, two_models):
+    good, bad = two_models
+    skill_body = "## Procedure"
+    good.policy_fn = lambda r: GOOD["git-commit"] if skill_body in r["messages"][0]["content"] else "Raised the limit."
+    out = tmp_path / "eval"
+    code = main(["--skill", "git-commit", "--eval", "--baseline", "--model", f"good=m1@{good.url}", "--model", f"bad=m2@{bad.url}",
+                 "--judge-base-url", good.url, "--judge-api-key", "k", "--limit", "3", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed
+    result = json.loads((out / "results.json").read_text())
+    rows = {r["model"]: r for r in result["models"]}
+    assert list(rows) == ["good", "good (no skill)", "bad", "bad (no skill)"]
+    assert rows["good (no skill)"]["baseline"] and not rows["good"]["baseline"]
+    assert rows["good"]["overall"] > rows["good (no skill)"]["overall"]
+    assert result["uplift"]["good"]["overall"] == pytest.approx(rows["good"]["overall"] - rows["good (no skill)"]["overall"], abs=1e-6)
+    descriptions = [r for r in good.requests if r["messages"][0]["content"] == load_skill(ROOT / "skills/git-commit", with_tasks=False).description]
+    assert len(descriptions) == 3  # the no-skill arm saw the description only, once per task
+    assert good.judge_calls == 3 * 2 and all(len(candidates(p)) == 4 for p in good.judge_prompts)  # one group per task
+    assert "| good (no skill) |" in (out / "results.md").read_text() and "skill uplift, good: overall +" in printed.out
+    prompt, completion = good.reported(judge=True)
+    assert result["judge_usage"]["prompt_tokens"] == prompt and result["judge_usage"]["completion_tokens"] == completion
+    assert "evaluating" not in printed.err  # not a terminal: no progress bar
 
 
 def test_eval_keeps_the_other_models_when_one_endpoint_is_down(tmp_path, capsys, two_models):

@@ -1,0 +1,9 @@
+"""`python -m skill_rl ...`: the same command as `python train_skill.py ...` and the `skill-rl` script."""
+
+import sys
+
+if __name__ == "__main__":
+    from train_skill import main
+
+    sys.argv[0] = "python -m skill_rl"  # for --help
+    sys.exit(main())
