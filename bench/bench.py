@@ -1,6 +1,6 @@
 """The cost of everything around the GPU: step overhead, judge cost, scorer speed, start-up, input scale.
 
-    python bench/bench.py [--quick] [--json bench/out/bench.json]
+    python bench/bench.py [--quick] [--judge-only] [--json bench/out/bench.json]
 
 Everything runs on this machine against a local OpenAI-compatible server (tests/openai_server.py)
 that answers policy calls after Lp seconds and judge calls after Lj seconds; training uses the CPU
@@ -120,13 +120,16 @@ def bare_art_step(skill, groups, rollouts, lp, lj, workdir, dims) -> float:
 # ------------------------------------------------------------------ judge cost
 
 
-def judge_cost(skill) -> dict:
+def judge_cost(skill, model: str = "openai/gpt-4.1-mini") -> dict:
     """Judge calls and prompt characters per group of 8, over every val task, against the floor: the
-    SKILL.md, the task input, every output and each judged dimension's rubric, each sent once per call."""
+    SKILL.md, the task input, every output and each judged dimension's rubric, each sent once per call.
+    Tokens are those the test server reports (tiktoken's encoding for `model`, counted as OpenAI counts a
+    chat prompt); the cost is LiteLLM's price map for `model` applied to them. The prompt is exactly what a
+    real judge receives; the completion is the test server's terse answer (a real judge writes more)."""
     refs = [t.reference for t in skill.tasks]
     sent = floor = calls = groups = 0
     with FakeOpenAI() as server:
-        scorer = Scorer(skill, Judge(model="openai/judge", base_url=server.url, api_key="bench"))
+        scorer = Scorer(skill, Judge(model=model, base_url=server.url, api_key="bench"))
         for k, task in enumerate(skill.split("val")):
             outputs = [refs[(k * 8 + i) % len(refs)] for i in range(8)]
             server.requests.clear()
@@ -137,8 +140,19 @@ def judge_cost(skill) -> dict:
             floor += sum(len(skill.body) + len(task.input) + sum(map(len, outputs)) + len(rubric(skill, d))
                          for d in scorer.judged_dimensions)
             groups += 1
+    use = scorer.usage
     return {"groups": groups, "calls_per_group": calls / groups, "judged_dimensions": len(scorer.judged_dimensions),
-            "prompt_chars_per_group": sent / groups, "floor_chars_per_group": floor / groups, "ratio": sent / floor}
+            "prompt_chars_per_group": sent / groups, "floor_chars_per_group": floor / groups, "ratio": sent / floor,
+            "model": model, "prompt_tokens_per_group": use.prompt_tokens / groups,
+            "completion_tokens_per_group": use.completion_tokens / groups,
+            "prompt_usd_per_group": _price(model, use.prompt_tokens, 0) / groups,
+            "usd_per_group": use.cost / groups if use.priced else None}
+
+
+def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    import litellm
+
+    return sum(litellm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
 
 
 # ------------------------------------------------------------------ scorer throughput
@@ -243,15 +257,16 @@ def main() -> int:
     p.add_argument("--lp", type=float, default=0.3, help="policy latency, seconds (default 0.3)")
     p.add_argument("--lj", type=float, default=0.5, help="judge latency, seconds (default 0.5)")
     p.add_argument("--quick", action="store_true", help="8x8 only, 10,000 tasks for the scale test")
+    p.add_argument("--judge-only", action="store_true", help="only the judge's cost (a few seconds)")
     p.add_argument("--json", type=Path, default=ROOT / "bench/out/bench.json", help="where to write the figures")
     args = p.parse_args()
-    from rich.console import Console
-    from rich.table import Table
-
     skill = load_skill(ROOT / "skills/git-commit")
     review = load_skill(ROOT / "skills/code-review")
     figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                "lp": args.lp, "lj": args.lj, "steps": []}
+    if args.judge_only:
+        figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
+        return report(figures, args)
     notes = load_skill(ROOT / "skills/release-notes")
     figures["throughput"] = {s.name: throughput(s) for s in (skill, review, notes)}
     figures["derived_5mb"] = derived_worst(notes)
@@ -268,22 +283,38 @@ def main() -> int:
                                      "serial_s": g * n * args.lp + g * args.lj,
                                      "target_s": 1.25 * max(ideal, bare), "ok": ours <= 1.25 * max(ideal, bare)})
         figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
+    return report(figures, args)
+
+
+def report(figures: dict, args) -> int:
+    from rich.console import Console
+    from rich.table import Table
 
     console = Console()
+    console.width = max(console.width, 150)
     t = Table(title=f"step overhead (Lp {args.lp} s, Lj {args.lj} s; {figures['machine']})")
     for col in ("G x N", "step", "bare ART", "ideal Lp+Lj", "serial", "target", "ok"):
         t.add_column(col, justify="right")
     for s in figures["steps"]:
         t.add_row(f"{s['groups']} x {s['rollouts']}", f"{s['step_s']:.2f} s", f"{s['bare_art_s']:.2f} s", f"{s['ideal_s']:.2f} s",
                   f"{s['serial_s']:.1f} s", f"<= {s['target_s']:.2f} s", "yes" if s["ok"] else "NO")
-    console.print(t)
+    if figures["steps"]:
+        console.print(t)
     t = Table(title="judge cost per group of 8 outputs (mean over val tasks)")
-    for col in ("skill", "calls", "judged dims", "prompt chars", "floor chars", "ratio (target <= 1.15)"):
+    for col in ("skill", "calls", "judged dims", "prompt chars", "floor chars", "ratio (target <= 1.15)",
+                "prompt tokens", "completion tokens*", "prompt $", "$ (map)"):
         t.add_column(col, justify="right")
     for name, j in figures["judge"].items():
         t.add_row(name, f"{j['calls_per_group']:g}", str(j["judged_dimensions"]), f"{j['prompt_chars_per_group']:,.0f}",
-                  f"{j['floor_chars_per_group']:,.0f}", f"{j['ratio']:.3f}")
+                  f"{j['floor_chars_per_group']:,.0f}", f"{j['ratio']:.3f}", f"{j['prompt_tokens_per_group']:,.0f}",
+                  f"{j['completion_tokens_per_group']:,.0f}", f"{j['prompt_usd_per_group']:.5f}",
+                  "—" if j["usd_per_group"] is None else f"{j['usd_per_group']:.5f}")
     console.print(t)
+    model = next(iter(figures["judge"].values()))["model"]
+    console.print(f"tokens: tiktoken's count for {model} as the test server reports it; $: LiteLLM's local price map for "
+                  f"{model}. *completion: the test server's short answers; a real judge writes longer explanations.")
+    if "throughput" not in figures:
+        return _write(figures, args, console)
     t = Table(title="scorer, start-up and scale")
     t.add_column("measure")
     t.add_column("figure", justify="right")
@@ -300,6 +331,10 @@ def main() -> int:
     t.add_row("--score --judge none, 100 outputs, whole process", f"{su['score_100_offline_s']:.2f} s", "")
     t.add_row(f"load {sc['tasks']:,} tasks ({sc['file_mb']:.0f} MB)", f"{sc['load_s']:.2f} s, peak RSS {sc['peak_rss_mb']:.0f} MB (+{sc['loading_mb']:.0f} MB)", "")
     console.print(t)
+    return _write(figures, args, console)
+
+
+def _write(figures: dict, args, console) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(figures, indent=1))
     console.print(f"wrote {args.json}")
