@@ -1,0 +1,22 @@
+"""The run's reward plot, drawn from history.jsonl as ART writes it."""
+
+import json
+
+from skill_rl.plots import read_history, reward_plot
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_holds_every_logged_step_and_skips_a_torn_line(tmp_path):
+    rows = [{"step": s, "train/reward": 0.1 * s, "train/format": 0.5, "train/procedure": 0.2, "train/correctness": 0.3}
+            for s in (1, 2, 3, 4)] + [{"step": 2, "val/reward": 0.4}, {"step": 4, "val/reward": 0.35}]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 5, "train/rew')
+    series = read_history(tmp_path / "history.jsonl")
+    assert [s for s, _ in series["train/reward"]] == [1, 2, 3, 4] and series["val/reward"] == [(2, 0.4), (4, 0.35)]
+    path = reward_plot(tmp_path, "demo")
+    assert path == tmp_path / "rewards.png" and path.read_bytes()[:8] == PNG
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".png"] == ["rewards.png"]  # no temporary file left
+
+
+def test_no_history_yet_draws_nothing(tmp_path):
+    assert reward_plot(tmp_path) is None and not (tmp_path / "rewards.png").exists()
