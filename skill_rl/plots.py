@@ -1,6 +1,6 @@
 """The run's reward plot: train reward and each rubric dimension per step, val reward at each validation,
 the best validation marked. Drawn from the run's `history.jsonl`, so a resumed run's plot holds every
-step. matplotlib (Agg, no display needed) is imported only when a plot is drawn.
+step. matplotlib (its Agg renderer, no display needed) is imported only when a plot is drawn.
 """
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     series = read_history(Path(run_dir) / "history.jsonl")
     if not series:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display, Agg to write the PNG
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.subplots()
     for key, style in [("train/reward", dict(lw=2, color="black")), *((f"train/{d}", dict(lw=1, alpha=0.7)) for d in DIMENSIONS)]:
         if key in series:
             ax.plot(*zip(*series[key]), label=key.removeprefix("train/") + " (train)", **style)
@@ -56,6 +54,5 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     path = Path(run_dir) / PLOT_NAME
     tmp = path.with_name(".rewards.tmp.png")
     fig.savefig(tmp, dpi=110)
-    plt.close(fig)
     tmp.replace(path)
     return path

@@ -2,7 +2,6 @@
 anything is spent."""
 
 import json
-import os
 
 import pytest
 
@@ -12,18 +11,10 @@ DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,
 JUDGE_VARS = ("JUDGE_BASE_URL", "JUDGE_API_KEY", "JUDGE_MODEL")
 
 
-@pytest.fixture
-def restored_environ():
-    """load_dotenv writes into os.environ: put it back as it was after the test."""
-    before = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(before)
-
-
-def test_a_dotenv_in_the_working_directory_configures_the_judge(tmp_path, monkeypatch, capsys, server, restored_environ):
-    for var in JUDGE_VARS:
-        monkeypatch.delenv(var, raising=False)
+def test_a_dotenv_in_the_working_directory_configures_the_judge(tmp_path, monkeypatch, capsys, server):
+    for var in JUDGE_VARS:  # unset for the test, and put back as they were afterwards (load_dotenv sets them)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_text(f"JUDGE_BASE_URL={server.url}\nJUDGE_API_KEY=sk-from-dotenv\n")
     (tmp_path / "in.jsonl").write_text(json.dumps({"input": DIFF, "outputs": ["fix: raise the limit", "fix: x"]}) + "\n")

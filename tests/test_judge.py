@@ -19,7 +19,7 @@ OUTPUTS = ["fix: set limit to 2", "fix(core): set the limit to 2 so it matches t
 
 
 def score(server, outputs=OUTPUTS, **judge_kw):
-    judge = Judge(model="openai/judge", base_url=server.url, api_key="sk-test", backoff=0.05, timeout=2, **judge_kw)
+    judge = Judge(**{"model": "openai/judge", "base_url": server.url, "api_key": "sk-test", "backoff": 0.05, "timeout": 2, **judge_kw})
     return asyncio.run(Scorer(SKILL, judge).score(TASK, outputs))
 
 
@@ -105,7 +105,7 @@ def test_a_group_of_identical_outputs_is_not_judged(server):
 
 def test_judge_tokens_counted_equal_what_the_server_reported_retried_answers_included(server):
     server.judge_faults.append("wrong-count")  # an answer RULER asks again for: paid for, so counted
-    result = score(server)
+    result = score(server, timeout=30)  # no answer abandoned by a client-side timeout on a busy machine
     assert not result.judge_failed
     prompt, completion = server.reported(judge=True)
     assert prompt > 1000 and completion > 50  # real counts of a real judge prompt and answer
@@ -117,9 +117,10 @@ def test_judge_tokens_counted_equal_what_the_server_reported_retried_answers_inc
 def test_judge_cost_is_the_price_map_rate_times_the_tokens_reported(server):
     import litellm
 
-    judge = Judge(model="openai/gpt-4.1-mini", base_url=server.url, api_key="sk-test", backoff=0.05, timeout=2)
+    judge = Judge(model="openai/gpt-4.1-mini", base_url=server.url, api_key="sk-test", backoff=0.05, timeout=30)
     result = asyncio.run(Scorer(SKILL, judge).score(TASK, OUTPUTS))
     prompt, completion = server.reported(judge=True)
     rates = litellm.model_cost["gpt-4.1-mini"]
     expected = prompt * rates["input_cost_per_token"] + completion * rates["output_cost_per_token"]
+    assert not result.judge_failed, result.judge_error
     assert result.usage.priced and result.usage.cost == pytest.approx(expected, rel=1e-9)

@@ -53,7 +53,7 @@ def policy_requests(server) -> list[dict]:
 def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server):
     policy_server.requests.clear()
     reported_before = len(policy_server.usage_reported)
-    run = train(tmp_path, skills_dir, policy_server, "--steps", "2")
+    run = train(tmp_path, skills_dir, policy_server, "--steps", "2", "--judge-timeout", "30")  # no answer abandoned
     assert run.returncode == 0, run.stderr[-2000:]
     asked = policy_requests(policy_server)
     assert asked and all(r.get("logprobs") is True for r in asked)  # ART trains only completions with logprobs
