@@ -61,13 +61,13 @@ def test_a_wheel_in_a_fresh_venv_lists_checks_and_inits_from_another_directory(t
     assert "git-commit" in out and "code-review" in out and "shipped" in out
     code, out = run([str(python), "-m", "skill_rl", "--skill", "git-commit", "--check"], cwd=work, env=env)
     assert code == 0 and "ok" in out, out
-    code, out = run([str(script), "--init", "release-notes"], cwd=work, env=env)
+    code, out = run([str(script), "--init", "my-new-skill"], cwd=work, env=env)
     assert code == 0, out
-    assert (work / "skills" / "release-notes" / "SKILL.md").is_file()
-    assert not list((tmp_path / "venv").rglob("release-notes"))  # never into the install
+    assert (work / "skills" / "my-new-skill" / "SKILL.md").is_file()
+    assert not list((tmp_path / "venv").rglob("my-new-skill"))  # never into the install
     code, out = run([str(python), "-c", "import sys; from train_skill import main; from skill_rl.skills import skill_dirs; "
                      "print(*skill_dirs(), sep='\\n'); "
-                     "sys.exit(main(['--skill', 'release-notes', '--check']) or main(['--skill', 'code-review', '--check']))"],
+                     "sys.exit(main(['--skill', 'my-new-skill', '--check']) or main(['--skill', 'code-review', '--check']))"],
                     cwd=work, env=env)
     assert code == 0, out  # ./skills first, then the shipped ones
     here, shipped = out.splitlines()[:2]
