@@ -84,7 +84,7 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
         logged = sum(h.get(f"{split}/judge_{kind}_tokens", 0) for h in history for split in ("train", "val"))
         assert logged == sum(u[f"{kind}_tokens"] for u in judged) > 0
     # 'openai/judge' (a served judge) is in no price map: tokens are shown, the cost is not guessed
-    assert re.search(r"^step +2 \|.* \| judge [\d,]+ tok, price unknown \(so far [\d,]+ tok, price unknown\) \| [\d.]+ s$",
+    assert re.search(r"^step +2 \|.* \| judge [\d,]+ tok, price unknown \(so far [\d,]+ tok, price unknown\) \| [\d.]+ s( \| warning: .*)?$",
                      run.stdout, re.M), run.stdout
     plot = where / "rewards.png"  # drawn at each validation, named at the end
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"reward plot: {plot}" in run.stdout
