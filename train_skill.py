@@ -8,7 +8,7 @@ code checks what code can check, RULER judges the rest, relatively, within the g
 trains with `backend.train`. The group-relative advantage is GRPO's; unlike textbook GRPO, the
 reward is a weighted rubric whose judged part is itself relative (RULER ranks the group at once).
 
-    python train_skill.py --skill git-commit                    # train (GPU, W&B serverless or Tinker)
+    python train_skill.py --skill git-commit                    # train (GPU, W&B serverless, Tinker; else a CPU rehearsal)
     python train_skill.py --skill git-commit --sft              # a supervised warm start first (see warmstart.py)
     python train_skill.py --skill git-commit --check            # lint the skill and its tasks
     python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
@@ -54,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when output is not a terminal)")
 
     j = p.add_argument_group("judge (RULER)")
-    j.add_argument("--judge", choices=("ruler", "none"), default="ruler", help="'none' scores offline: checks only")
+    j.add_argument("--judge", choices=("ruler", "none"), default=None,
+                   help="'none' scores offline: checks only (default ruler; --backend cpu: none unless a judge is set up)")
     j.add_argument("--judge-model", default=None, help="LiteLLM model id (default openai/gpt-4.1-mini; with --judge-base-url, openai/<served name>)")
     j.add_argument("--judge-base-url", default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
     j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
@@ -72,20 +73,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     e.add_argument("--baseline", action="store_true", help="also score each model without the SKILL.md, in the same judge groups")
 
     t = p.add_argument_group("training")
-    t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | MODULE:CLASS (default auto)")
+    t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | cpu | MODULE:CLASS (default auto)")
     t.add_argument("--base-model", default=None, help=backends.BASE_MODEL_HELP)
-    t.add_argument("--steps", type=int, default=50, help="training steps in all, counting resumed ones (default 50)")
-    t.add_argument("--groups-per-step", type=int, default=8, help="tasks per step (default 8)")
-    t.add_argument("--rollouts-per-group", type=int, default=8, help="answers per task; RULER ranks them together (default 8)")
-    t.add_argument("--learning-rate", type=float, default=1e-5, help="default 1e-5")
+    t.add_argument("--steps", type=int, default=None, help="training steps in all, counting resumed ones (default 50; cpu 10)")
+    t.add_argument("--groups-per-step", type=int, default=None, help="tasks per step (default 8; cpu 4)")
+    t.add_argument("--rollouts-per-group", type=int, default=None, help="answers per task; RULER ranks them together (default 8; cpu 4)")
+    t.add_argument("--learning-rate", type=float, default=None, help="default 1e-5; cpu 1e-4")
     t.add_argument("--eval-every", type=int, default=10, help="validate every N steps, and at the end (default 10)")
     t.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
-    t.add_argument("--max-tokens", type=int, default=1024, help="completion length limit (default 1024)")
+    t.add_argument("--max-tokens", type=int, default=None, help="completion length limit (default 1024; cpu 48)")
     t.add_argument("--max-exceptions", type=float, default=0.1, help="fraction of rollouts that may fail per step (default 0.1)")
     t.add_argument("--request-timeout", type=float, default=600.0, help="seconds one policy completion may take (default 600)")
-    t.add_argument("--context-tokens", type=int, default=32768,
+    t.add_argument("--context-tokens", type=int, default=None,
                    help="model context; tasks whose prompt (estimated at 3 characters a token) plus --max-tokens "
-                        "exceed it are skipped up front and listed (default 32768, Qwen2.5)")
+                        "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 8192, SmolLM2)")
     t.add_argument("--run-name", default=None, help="run to create or resume (default <skill>-<base model>)")
     t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
@@ -283,6 +284,8 @@ def main(argv=None) -> int:
         skill = load_skill(folder)
         if args.check:
             return cli.print_check(skill)
+        if args.score or args.eval:
+            backends.fill_defaults(args, None)
         if args.score:
             from skill_rl import score
 
@@ -292,7 +295,7 @@ def main(argv=None) -> int:
 
             return evaluate.run(skill, args, make_judge(args))
         sft = warmstart.prepare(args, skill)  # --sft flags and files: every problem, before anything runs
-        plan = backends.plan(args)  # no way to train, or a base model the backend refuses: exit 2, nothing spent
+        plan = backends.plan(args, len(skill.split("val")))  # no way to train, or a base model the backend refuses: exit 2
         args.backend, args.base_model = plan.kind, plan.base_model
         judge = make_judge(args)
         args.run_name = args.run_name or f"{skill.name}-{args.base_model.split('/')[-1].lower()}"

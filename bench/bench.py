@@ -31,6 +31,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from openai_server import FakeOpenAI  # noqa: E402
 
+from skill_rl.backends import fill_defaults  # noqa: E402
 from skill_rl.reward import Judge, Scorer, rubric  # noqa: E402
 from skill_rl.rubric import run_checks, skill_checks  # noqa: E402
 from skill_rl.derived import derive, view  # noqa: E402
@@ -57,6 +58,7 @@ def skill_rl_step(skill, groups: int, rollouts: int, lp: float, lj: float, workd
             "--skill", skill.name, "--backend", "skill_rl.dryrun:DryRunBackend", "--steps", "2",
             "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", "1000",
             "--judge-base-url", server.url, "--judge-api-key", "bench", "--run-name", f"bench-{groups}x{rollouts}"])
+        fill_defaults(args, None)  # what main() does for the flags left out
         args.base_model = train_skill.backends.plan(args).base_model
         skill.__dict__  # noqa: the skill is frozen; the loop reads it as is
         out = io.StringIO()

