@@ -179,6 +179,7 @@ class Policy:
         torch.set_num_threads(threads())
         for old_name in ("`past_key_values` is deprecated", "`is_gradient_checkpointing` is deprecated"):  # transformers 5.x
             warnings.filterwarnings("ignore", message=old_name, category=FutureWarning)
+        warnings.filterwarnings("ignore", message="Could not find a config file in", category=UserWarning)  # PEFT, on a GGUF folder
         started = time.perf_counter()
         self.tokenizer, base = _load_base(*locate(base_model))
         self.load_seconds = time.perf_counter() - started
