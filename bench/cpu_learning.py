@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT)]
 import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 
-STEP_LINE = re.compile(r"^step +(\d+) \|.*\| ([0-9.]+) s$", re.M)
+STEP_LINE = re.compile(r"^step +(\d+) \|.*?\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
 
 
 class Tee(io.TextIOBase):
