@@ -63,8 +63,9 @@ BATCH_WINDOW_S = 0.2  # how long the server waits for more requests before gener
 
 
 # Measured with bench/cpu_learning.py on git-commit (README, "Learning on CPU"), 2 CPU cores shared with
-# other jobs: seconds a step takes with the defaults above, and seconds per val task in a validation.
-STEP_SECONDS, VAL_TASK_SECONDS = 60, 20
+# other jobs: seconds a step took with the defaults above (106-416 s, mean about 215 over 8 steps), and
+# seconds per val task in a validation of 4 rollouts each (51-185 s for 4 tasks).
+STEP_SECONDS, VAL_TASK_SECONDS = 215, 20
 
 
 def rehearsal(args, base_model: str, val_tasks: int) -> str:
@@ -79,7 +80,7 @@ def rehearsal(args, base_model: str, val_tasks: int) -> str:
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     return (f"backend cpu: a rehearsal, not the real run: RL of a small model ({model}) on this CPU, "
             f"{args.steps} steps of {args.groups_per_step} tasks x {args.rollouts_per_group} answers of at most "
-            f"{args.max_tokens} tokens: about {max(1, round(minutes))} minutes on 2 cores. A model this small learns "
+            f"{args.max_tokens} tokens: about {max(1, round(minutes))} min on 2 shared cores. A model this small learns "
             "an output's format, not its content.\n"
             "the real run: a CUDA GPU (--backend local), W&B Serverless (WANDB_API_KEY) or Tinker (TINKER_API_KEY); "
             "see README, 'Quick start'")
