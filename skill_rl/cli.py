@@ -33,7 +33,7 @@ def list_skills(skills_dirs: list[Path]) -> int:
     for folder in folders:
         origin = "shipped" if folder.parent.resolve() == shipped else display(folder.parent)
         try:
-            skill = load_skill(folder, with_tasks=False)
+            skill = load_skill(folder, with_tasks=False, with_checks=False)
             table.add_row(skill.name, skill.description, origin)
         except SkillError as e:
             table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]", origin)

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import reprlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ BOM = b"\xef\xbb\xbf"
 STRICTYAML_REFUSES = {"FlowMappingStartToken": "flow style '{...}'", "FlowSequenceStartToken": "flow style '[...]'",
                       "AnchorToken": "an anchor '&'", "AliasToken": "an alias '*'", "TagToken": "a tag '!'"}
 QUOTE_IT = "put the value in quotes (YAML reads unquoted yes, no, true, false and numbers as other types)"
+MAX_YAML_VALUES = 10_000  # frontmatter holds a handful of values; aliases may not expand it past this
 
 
 class SkillError(Exception):
@@ -58,8 +60,12 @@ def _problem(path: Path, line: int | None, msg: str) -> str:
     return f"{display(path)}:{line}: {msg}" if line else f"{display(path)}: {msg}"
 
 
-def _show(value: Any, limit: int = 40) -> str:
-    text = repr(value)
+_repr = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, maxstring=60, maxother=60)
+
+
+def show(value: Any, limit: int = 40) -> str:
+    """A value as it appears in a message: bounded work and length, whatever its size or shape."""
+    text = repr(value[:limit]) if isinstance(value, str) else _repr.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -169,29 +175,76 @@ def _split_frontmatter(path: Path, text: str, problems: list[str]) -> tuple[str,
     return None
 
 
-def _yaml_key_lines(path: Path, source: str, problems: list[str]) -> dict[str, int] | None:
-    """Line (in SKILL.md) of each top-level key; duplicate keys are problems."""
+def _yaml_problem(path: Path, e: yaml.YAMLError, problems: list[str]) -> None:
+    mark = getattr(e, "problem_mark", None)
+    what = getattr(e, "problem", None) or str(e).splitlines()[0]
+    problems.append(_problem(path, mark.line + 2 if mark else 1, f"frontmatter is not valid YAML: {what}"))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [x for pair in node.value for x in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def _node_problem(root: yaml.Node) -> tuple[yaml.Node, str] | None:
+    """The first thing plain frontmatter may not hold: a key that is not text, or aliases that expand it past
+    MAX_YAML_VALUES values or into itself. Each node is counted once, so a "billion laughs" costs its size."""
+    sizes: dict[int, int] = {}  # id(node) -> values once expanded; -1 while its children are being counted
+    stack = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        kids = _children(node)
+        if leaving:
+            sizes[id(node)] = min(MAX_YAML_VALUES + 1, 1 + sum(sizes[id(k)] for k in kids))
+            continue
+        if id(node) in sizes:
+            if sizes[id(node)] == -1:
+                return node, "its aliases make a value contain itself"
+            continue
+        if isinstance(node, yaml.MappingNode):
+            bad = next((k for k, _ in node.value if not isinstance(k, yaml.ScalarNode)), None)
+            if bad is not None:
+                return bad, f"keys must be plain text, got a {'list' if isinstance(bad, yaml.SequenceNode) else 'mapping'}"
+        sizes[id(node)] = -1
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids)
+    if sizes[id(root)] > MAX_YAML_VALUES:
+        return root, f"its aliases expand it to more than {MAX_YAML_VALUES:,} values; write the values out"
+    return None
+
+
+def _load_yaml(path: Path, source: str, problems: list[str]) -> tuple[dict, dict[str, int]] | None:
+    """The frontmatter as plain data (text keys, standard tags, bounded aliases) and the SKILL.md line of each
+    top-level key; duplicate keys are problems. None when it cannot be read."""
+    loader = None
     try:
-        node = yaml.compose(source, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 2 if mark else 1
-        what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        problems.append(_problem(path, line, f"frontmatter is not valid YAML: {what}"))
+        loader = yaml.SafeLoader(source)  # it rejects control characters at once
+        node = loader.get_single_node()
+        if not isinstance(node, yaml.MappingNode):
+            problems.append(_problem(path, 2, "frontmatter must be a YAML mapping of keys to values"))
+            return None
+        bad = _node_problem(node)
+        if bad:
+            problems.append(_problem(path, bad[0].start_mark.line + 2, f"frontmatter is not valid YAML here: {bad[1]}"))
+            return None
+        data = loader.construct_document(node)
+    except yaml.YAMLError as e:  # syntax, or a tag the safe loader does not construct (!!python/..., !local)
+        _yaml_problem(path, e, problems)
         return None
     except RecursionError:
         problems.append(_problem(path, 2, "frontmatter is not valid YAML: nested too deeply"))
         return None
-    if not isinstance(node, yaml.MappingNode):
-        problems.append(_problem(path, 2, "frontmatter must be a YAML mapping of keys to values"))
-        return None
+    finally:
+        if loader is not None:
+            loader.dispose()
     lines: dict[str, int] = {}
     for key_node, _ in node.value:
         key = key_node.value
         if key in lines:
             problems.append(_problem(path, key_node.start_mark.line + 2, f"field '{key}' is given twice"))
         lines[key] = key_node.start_mark.line + 2
-    return lines
+    return data, lines
 
 
 def _pydantic_problems(path: Path, err: ValidationError, line_of, skip: set[str] = frozenset()) -> list[str]:
@@ -206,18 +259,18 @@ def _pydantic_problems(path: Path, err: ValidationError, line_of, skip: set[str]
         elif e["type"] == "missing":
             msg = f"field '{loc}' is required"
         else:
-            msg = f"field '{loc}': {e['msg'][0].lower()}{e['msg'][1:]}, got {_show(e.get('input'))}"
+            msg = f"field '{loc}': {e['msg'][0].lower()}{e['msg'][1:]}, got {show(e.get('input'))}"
         out.append(_problem(path, line_of(e["loc"]), msg))
     return out
 
 
 def _frontmatter(path: Path, source: str, problems: list[str]) -> tuple[Frontmatter | None, dict[str, int]]:
     """The validated frontmatter (None when invalid) and the SKILL.md line of each top-level key."""
-    key_lines = _yaml_key_lines(path, source, problems)
-    if key_lines is None:
+    loaded = _load_yaml(path, source, problems)
+    if loaded is None:
         return None, {}
+    data, key_lines = loaded
     problems.extend(_strictyaml_problems(path, source))
-    data = yaml.safe_load(source)
     reported = _scalar_problems(path, data, key_lines, problems)
     extra = [k for k in data if k not in SPEC_KEYS]
     for key in extra:
@@ -249,8 +302,8 @@ def _scalar_problems(path: Path, data: dict, key_lines: dict[str, int], problems
     purpose. Offending values are removed from `data`; returns the top-level fields reported."""
     reported = set()
     for key in ("name", "description", "license", "compatibility", "allowed-tools"):
-        if isinstance(data.get(key), (int, float, bool)):  # YAML `description: yes`: say so, once, don't coerce
-            problems.append(_problem(path, key_lines[key], f"field '{key}' must be a string, got {_show(data[key])}: {QUOTE_IT}"))
+        if not isinstance(data.get(key), (str, list, dict, type(None))):  # `description: yes`, dates, !!binary: say so, once
+            problems.append(_problem(path, key_lines[key], f"field '{key}' must be a string, got {show(data[key])}: {QUOTE_IT}"))
             reported.add(key)
     if isinstance(data.get("description"), str) and re.search("[<>]", data["description"]):
         problems.append(_problem(path, key_lines["description"], "field 'description' must not contain '<' or '>': "
@@ -260,7 +313,7 @@ def _scalar_problems(path: Path, data: dict, key_lines: dict[str, int], problems
     meta = data.get("metadata")
     for k, v in list(meta.items()) if isinstance(meta, dict) else []:
         if not isinstance(v, str):
-            problems.append(_problem(path, key_lines["metadata"], f"field 'metadata.{k}' must be a string, got {_show(v)}: "
+            problems.append(_problem(path, key_lines["metadata"], f"field 'metadata.{k}' must be a string, got {show(v)}: "
                                      f"{QUOTE_IT}; stricter than skills-ref on purpose, which turns any value into a string"))
             meta.pop(k)
     for key in reported:
@@ -279,7 +332,7 @@ def _settings(path: Path, fm: Frontmatter, line: int | None, problems: list[str]
         try:
             weights[dim] = float(raw)
         except ValueError:
-            problems.append(_problem(path, line, f"field 'metadata.weight-{dim}' must be a number in a string, got {_show(raw)}"))
+            problems.append(_problem(path, line, f"field 'metadata.weight-{dim}' must be a number in a string, got {show(raw)}"))
             continue
         if not 0 <= weights[dim] <= 1:
             problems.append(_problem(path, line, f"field 'metadata.weight-{dim}' must be between 0 and 1, got {raw}"))
@@ -295,30 +348,40 @@ def _settings(path: Path, fm: Frontmatter, line: int | None, problems: list[str]
             problems.append(_problem(path, line, f"field 'metadata.judge' names unknown dimension {dim!r} (allowed: {', '.join(DIMENSIONS)}, none)"))
     derive = meta.get("derive-checks", "true")
     if derive not in ("true", "false"):
-        problems.append(_problem(path, line, f"field 'metadata.derive-checks' must be \"true\" or \"false\", got {_show(derive)}"))
+        problems.append(_problem(path, line, f"field 'metadata.derive-checks' must be \"true\" or \"false\", got {show(derive)}"))
     return weights, tuple(d for d in judged if d in DIMENSIONS), derive != "false"
 
 
-_md = MarkdownIt("commonmark")
+MAX_NESTING = 100  # markdown-it stops reading blocks nested deeper than this (lists count twice)
+_md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING})
 
 
-def _sections(body: str, offset: int) -> dict[str, Section]:
-    """Split the body into sections by heading; a section runs to the next heading of its level or higher."""
-    tokens = _md.parse(body)
+def _too_deep(tokens) -> int | None:
+    """The body line (0-based) where markdown-it gave up nesting, if it did: it skips the rest of that block."""
+    for tok in tokens:
+        if tok.level >= MAX_NESTING - 1:
+            return tok.map[0] if tok.map else 0
+    return None
+
+
+def _sections(tokens, body: str, offset: int) -> dict[str, Section]:
+    """Split the body into sections by heading; a section runs to the next heading of its level or higher.
+    One pass with a stack of the open sections: linear in the number of headings."""
     lines = body.split("\n")
     heads = [(i, t) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    ends = [len(lines)] * len(heads)
+    still_open: list[int] = []
+    for n, (_, tok) in enumerate(heads):
+        while still_open and heads[still_open[-1]][1].tag >= tok.tag:  # "h2" >= "h1": same or deeper level
+            ends[still_open.pop()] = tok.map[0]
+        still_open.append(n)
     out: dict[str, Section] = {}
     for n, (i, tok) in enumerate(heads):
-        level = int(tok.tag[1])
-        end = len(lines)
-        for _, later in heads[n + 1 :]:
-            if int(later.tag[1]) <= level:
-                end = later.map[0]
-                break
         title = tokens[i + 1].content.strip()
-        raw = "\n".join(lines[tok.map[1] : end])
-        lead = raw[: len(raw) - len(raw.lstrip())].count("\n")  # blank lines that strip() drops
-        out.setdefault(title.lower(), Section(title, raw.strip(), tok.map[0] + offset, tok.map[1] + lead + offset))
+        if title.lower() not in out:
+            raw = "\n".join(lines[tok.map[1] : ends[n]])
+            lead = raw[: len(raw) - len(raw.lstrip())].count("\n")  # blank lines that strip() drops
+            out[title.lower()] = Section(title, raw.strip(), tok.map[0] + offset, tok.map[1] + lead + offset)
     return out
 
 
@@ -366,12 +429,14 @@ def _load_checks(folder: Path, problems: list[str]) -> ModuleType | None:
     return module
 
 
-def _no_duplicate_keys(pairs):
-    keys = [k for k, _ in pairs]
-    dup = next((k for k in keys if keys.count(k) > 1), None)
-    if dup is not None:
+def no_duplicate_keys(pairs):
+    """json.loads hook: a key given twice in one object is an error (JSON would keep the last silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
         raise ValueError(f"field '{dup}' is given twice")
-    return dict(pairs)
+    return out
 
 
 def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list[str]) -> Task | None:
@@ -385,7 +450,7 @@ def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list
         problems.append(_problem(path, n, f"line is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"))
         return None
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except ValueError as e:  # JSONDecodeError is a ValueError; so is a duplicate key
         msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
         col = f" at column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
@@ -412,7 +477,7 @@ def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list
     except ValidationError as e:
         for err in e.errors():
             loc = ".".join(str(p) for p in ("expect", *err["loc"]))
-            problems.append(_problem(path, n, f"field '{loc}': {err['msg'][0].lower()}{err['msg'][1:]}, got {_show(err.get('input'))}"))
+            problems.append(_problem(path, n, f"field '{loc}': {err['msg'][0].lower()}{err['msg'][1:]}, got {show(err.get('input'))}"))
         return None
 
 
@@ -447,22 +512,15 @@ def load_tasks(path: Path, expect_model, problems: list[str]) -> list[Task]:
 # ---------------------------------------------------------------- the whole skill
 
 
-def load_skill(folder: Path, *, with_tasks: bool = True) -> Skill:
-    """Load and validate a skill folder; raise SkillError listing every problem found."""
-    folder = Path(folder)
-    md = folder / "SKILL.md"
-    problems: list[str] = []
-    text = _read_text(md, problems)
-    parts = _split_frontmatter(md, text, problems) if text is not None else None
-    if parts is None:
-        raise SkillError(problems)
-    source, body, body_line = parts
-    fm, key_line = _frontmatter(md, source, problems)
-    if fm is not None and fm.name != folder.name:
-        problems.append(_problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
-    weights, judged, derive = _settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
-
-    sections = _sections(body, body_line)
+def _body(md: Path, body: str, body_line: int, problems: list[str]) -> tuple[dict[str, Section], list[str], list[str]]:
+    """Sections, procedure steps and rules of the markdown body, with a problem for each that is missing."""
+    tokens = _md.parse(body)
+    deep = _too_deep(tokens)
+    if deep is not None:  # what follows was skipped by the parser: report that, not the sections it hid
+        problems.append(_problem(md, deep + body_line, "markdown nested too deeply to read (lists or quotes inside "
+                                 "each other); the rest of the file cannot be read: flatten it"))
+        return {}, [], []
+    sections = _sections(tokens, body, body_line)
     steps: list[str] = []
     if "procedure" not in sections:
         problems.append(_problem(md, body_line, "section 'Procedure' is missing: add a '## Procedure' heading with a numbered list of steps"))
@@ -475,9 +533,27 @@ def load_skill(folder: Path, *, with_tasks: bool = True) -> Skill:
     elif not sections["output format"].text:
         problems.append(_problem(md, sections["output format"].line, "section 'Output Format' is empty"))
     rules = _list_items(sections["rules"].text, ordered=None) if "rules" in sections else []
+    return sections, steps, rules
 
-    checks = _load_checks(folder, problems)
-    tasks = load_tasks(folder / "tasks.jsonl", getattr(checks, "Expect", None), problems) if with_tasks else []
+
+def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = True) -> Skill:
+    """Load and validate a skill folder; raise SkillError listing every problem found.
+    `with_checks=False` (for `--list`) runs none of the skill's own code: no checks.py, no tasks."""
+    folder = Path(folder)
+    md = folder / "SKILL.md"
+    problems: list[str] = []
+    text = _read_text(md, problems)
+    parts = _split_frontmatter(md, text, problems) if text is not None else None
+    if parts is None:
+        raise SkillError(problems)
+    source, body, body_line = parts
+    fm, key_line = _frontmatter(md, source, problems)
+    if fm is not None and fm.name != folder.name:
+        problems.append(_problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
+    weights, judged, derive = _settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
+    sections, steps, rules = _body(md, body, body_line, problems)
+    checks = _load_checks(folder, problems) if with_checks else None
+    tasks = load_tasks(folder / "tasks.jsonl", getattr(checks, "Expect", None), problems) if with_tasks and with_checks else []
     if problems:
         raise SkillError(problems)
     return Skill(

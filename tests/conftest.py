@@ -1,5 +1,7 @@
+import contextlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -32,3 +34,18 @@ def small_git_commit(where: Path, train: int, val: int) -> Path:
         json.dumps({"id": f"t{i}", "input": SMALL_DIFF.format(n=i + 2), "split": "val" if i >= train else "train",
                     "expect": {"type": "fix", "breaking": False}}) + "\n" for i in range(train + val)))
     return where / "skills"
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str = "it"):
+    """Fail instead of hanging: raise TimeoutError in the main thread after `seconds` (a hang guard, not a speed target)."""
+    def expired(*_):
+        raise TimeoutError(f"{what} took over {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -1,0 +1,112 @@
+"""SKILL.md and the skills folder are hostile input: YAML bombs, tags, complex keys, pathological markdown,
+and the commands that list, find and create skills (second reliability pass, classes 1 and 11)."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import deadline
+from skill_rl.skills import load_skill
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD_MD = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0]
+BODY = GOOD_MD.split("---\n", 2)[2]
+TASKS = '{"id": "a", "input": "What is 2+2?"}\n'
+LAUGHS = "".join([f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9) + "]\n" for i in range(9)])
+
+
+def make(where: Path, front: str, body: str = BODY, name: str = "demo", checks: str | None = None) -> Path:
+    folder = where / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\n{front}---\n{body}")
+    (folder / "tasks.jsonl").write_text(TASKS)
+    if checks is not None:
+        (folder / "checks.py").write_text(checks)
+    return folder
+
+
+def lint(tmp_path, capsys, name="demo", seconds=10):
+    with deadline(seconds, "--check"):
+        code = main(["--skills-dir", str(tmp_path), "--skill", name, "--check"])
+    out = capsys.readouterr()
+    return code, out.err.strip().splitlines()
+
+
+# ------------------------------------------------------------------ YAML
+
+
+HOSTILE_YAML = {
+    "alias bomb as a field": ("name: demo\n" + LAUGHS + "description: *a8\n", "aliases"),
+    "alias bomb in metadata": ("name: demo\ndescription: d\n" + LAUGHS + "metadata: {weight-format: *a8}\n", "aliases"),
+    "recursive alias": ("name: demo\ndescription: d\nlicense: &r [*r]\n", "aliases"),
+    "python name tag": ("name: demo\ndescription: !!python/name:os.system\n", "tag"),
+    "python apply tag": ("name: demo\ndescription: !!python/object/apply:os.system [true]\n", "tag"),
+    "local tag": ("name: demo\ndescription: !shout hello\n", "tag"),
+    "sequence as a key": ("name: demo\ndescription: d\n? [a, b]\n: c\n", "key"),
+    "mapping as a key": ("name: demo\ndescription: d\n? {a: 1}\n: c\n", "key"),
+    "sequence as a metadata key": ("name: demo\ndescription: d\nmetadata: {[a]: b}\n", "key"),
+    "binary value": ("name: demo\ndescription: !!binary aGVsbG8=\n", "string"),
+    "set as metadata": ("name: demo\ndescription: d\nmetadata: !!set {a, b}\n", "dictionary"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_YAML))
+def test_hostile_frontmatter_gets_one_line_and_exit_2_quickly(tmp_path, capsys, monkeypatch, case):
+    front, word = HOSTILE_YAML[case]
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path, front)
+    code, err = lint(tmp_path, capsys, seconds=5)
+    assert code == 2
+    assert err and all(line.startswith("demo/SKILL.md:") and len(line) < 300 for line in err), err
+    assert any(word in line for line in err), err
+
+
+def test_aliases_within_bounds_get_the_conformance_message_not_a_bound(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path, "name: demo\ndescription: &d Answer a question in one line.\nlicense: *d\n")
+    code, err = lint(tmp_path, capsys)
+    assert code == 2 and all("skills-ref" in line for line in err), err
+
+
+def test_one_bad_skill_never_hides_the_good_ones_from_list(tmp_path, capsys):
+    make(tmp_path, "name: good\ndescription: The good one.\n", name="good")
+    make(tmp_path, "name: keys\ndescription: d\n? [a]\n: b\n", name="keys")
+    make(tmp_path, "name: bomb\n" + LAUGHS + "description: *a8\n", name="bomb")
+    make(tmp_path, "name: exits\ndescription: Its checks.py exits.\n", name="exits", checks="raise SystemExit(3)\n")
+    make(tmp_path, "name: loops\ndescription: Its checks.py never returns.\n", name="loops", checks="while True:\n    pass\n")
+    with deadline(10, "--list"):
+        code = main(["--skills-dir", str(tmp_path), "--list"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for name in ("good", "keys", "bomb", "exits", "loops"):
+        assert name in out
+    assert "The good one." in out and "Its checks.py exits." in out and "invalid" in out
+
+
+# ------------------------------------------------------------------ markdown
+
+
+def test_100000_headings_load_in_linear_time_and_are_not_misreported(tmp_path, capsys):
+    make(tmp_path, "name: demo\ndescription: d\n", BODY + "".join(f"### note {i}\n" for i in range(100_000)))
+    code, err = lint(tmp_path, capsys, seconds=20)
+    assert code == 0, err[:3]
+    skill = load_skill(tmp_path / "demo")
+    assert skill.steps == ("Read the question.", "Answer it.") and len(skill.sections) > 100_000
+
+
+def test_nesting_too_deep_to_parse_is_reported_as_such_not_as_a_missing_section(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    deep = "".join("  " * i + "- x\n" for i in range(60)) + "\n"
+    make(tmp_path, "name: demo\ndescription: d\n", "# Demo\n\n" + deep + BODY.split("# Demo\n", 1)[1])
+    code, err = lint(tmp_path, capsys)
+    assert code == 2
+    assert err == ["demo/SKILL.md:55: markdown nested too deeply to read (lists or quotes inside each other); "
+                   "the rest of the file cannot be read: flatten it"], err
+
+
+def test_a_100000_deep_quote_is_reported_not_a_crash(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path, "name: demo\ndescription: d\n", ">" * 100_000 + " x\n\n" + BODY)
+    code, err = lint(tmp_path, capsys)
+    assert code == 2 and len(err) == 1 and "demo/SKILL.md:5: markdown nested too deeply" in err[0], err
