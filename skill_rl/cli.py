@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .console import literal
 from .derived import derive
 from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir)
@@ -25,7 +26,7 @@ class Exit(Exception):
 def list_skills(skills_dirs: list[Path]) -> int:
     console = Console()
     where = " then ".join(display(d) for d in skills_dirs)
-    table = Table(title=f"skills in {where}")
+    table = Table(title=literal(f"skills in {where}"))
     for col in ("name", "description", "from"):
         table.add_column(col)
     folders = skill_folders(skills_dirs)
@@ -34,10 +35,10 @@ def list_skills(skills_dirs: list[Path]) -> int:
         origin = "shipped" if folder.parent.resolve() == shipped else display(folder.parent)
         try:
             skill = load_skill(folder, with_tasks=False, with_checks=False)
-            table.add_row(skill.name, skill.description, origin)
+            table.add_row(literal(skill.name), literal(skill.description), literal(origin))
         except SkillError as e:
-            table.add_row(folder.name, f"[red]invalid: {e.problems[0]}[/red]", origin)
-    console.print(table if folders else f"no skills in {where}")
+            table.add_row(literal(folder.name), literal(f"invalid: {e.problems[0]}", "red"), literal(origin))
+    console.print(table if folders else literal(f"no skills in {where}"), soft_wrap=not folders)
     return 0
 
 
@@ -60,8 +61,8 @@ def init_skill(skills_dir: Path, name: str) -> int:
 
 def print_check(skill: Skill) -> int:
     console = Console()
-    console.print(f"[bold]{skill.name}[/bold]  {skill.path}")
-    console.print(skill.description, highlight=False)
+    console.print(literal(skill.name, "bold") + literal(f"  {skill.path}"), soft_wrap=True)
+    console.print(literal(skill.description))
     weights = ", ".join(f"{d} {skill.weights[d]:g}" for d in DIMENSIONS)
     console.print(f"rubric weights: {weights}; judged by RULER: {', '.join(skill.judged) or 'nothing'}")
     checks = [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
@@ -69,7 +70,7 @@ def print_check(skill: Skill) -> int:
     print_derived(console, skill, set(checks))
     console.print("procedure:")
     for i, step in enumerate(skill.steps, 1):
-        console.print(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}", highlight=False, markup=False)
+        console.print(literal(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}"))
     table = Table(title="tasks")
     for col in ("split", "tasks", "with expect", "with reference"):
         table.add_column(col, justify="right")
@@ -78,7 +79,8 @@ def print_check(skill: Skill) -> int:
         table.add_row(split, str(len(tasks)), str(sum(t.expect is not None for t in tasks)),
                       str(sum(t.reference is not None for t in tasks)))
     console.print(table)
-    console.print(f"[green]ok[/green]: {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid")
+    console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid"),
+                  soft_wrap=True)
     return 0
 
 

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .console import clean
 from .progress import bar
 from .reward import Judge, Scorer
 from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
@@ -99,14 +100,16 @@ def print_table(skill: Skill, rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .console import literal
+
     head, body = _rows(rows)
     console = Console()
     console.width = max(console.width, 40 + 11 * len(head))  # never shorten a figure to fit a narrow pipe
-    table = Table(title=title)
+    table = Table(title=literal(title))
     for i, h in enumerate(head):
-        table.add_column(h, justify="left" if i == 0 else "right")
+        table.add_column(literal(h), justify="left" if i == 0 else "right")
     for line in body:
-        table.add_row(*line)
+        table.add_row(*map(literal, line))
     console.print(table)
 
 
@@ -114,6 +117,12 @@ def markdown_table(rows: list[dict]) -> str:
     head, body = _rows(rows)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
     return "\n".join(lines + ["| " + " | ".join(line) + " |" for line in body])
+
+
+def _chart_text(text: str) -> str:
+    """A label as matplotlib draws it literally: `$` would start mathtext, a leading `_` hides it from the legend."""
+    text = clean(text).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
 
 
 def bar_chart(rows: list[dict], path: Path, title: str) -> None:
@@ -126,12 +135,12 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     width = 0.8 / max(1, len(rows))
     fig, ax = plt.subplots(figsize=(8, 4))
     for i, r in enumerate(rows):
-        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=r["model"],
+        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=_chart_text(r["model"]),
                hatch="//" if r.get("baseline") else None)
     ax.set_xticks([c + width * (len(rows) - 1) / 2 for c in range(len(cols))], cols)
     ax.set_ylim(0, 1)
     ax.set_ylabel("mean score")
-    ax.set_title(title)
+    ax.set_title(_chart_text(title))
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -316,13 +325,13 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     for row in result["rows"]:
         errs = result["errors"][row["model"]]
         for err in errs[:3]:
-            print(f"{row['model']}: {err}")
+            print(clean(f"{row['model']}: {err}"))
         if len(errs) > 3:
-            print(f"{row['model']}: ... {len(errs) - 3} more failures")
+            print(clean(f"{row['model']}: ... {len(errs) - 3} more failures"))
         if row["truncated"]:
-            print(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)")
+            print(clean(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)"))
     for line in uplift_lines(result):
-        print(line)
+        print(clean(line))
     if judge:
         print(result["judge_usage"].describe(judge.model))
     if result["judge_failures"]:

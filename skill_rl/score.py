@@ -123,12 +123,14 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .console import clean, literal
+
     for e in summary["errors"]:
-        print(e, file=sys.stderr)  # one line each, never wrapped
+        print(clean(e), file=sys.stderr)  # one line each, never wrapped
     console = Console(stderr=True)
     recs = summary["records"]
     mode = f"judge {judge.model}" if judge else "offline: checks only, judged dimensions are None (--judge none)"
-    table = Table(title=f"{skill.name}: {summary['outputs']} outputs scored ({mode})")
+    table = Table(title=literal(f"{skill.name}: {summary['outputs']} outputs scored ({mode})"))
     for col in ("", "format", "procedure", "correctness", "reward"):
         table.add_column(col, justify="right")
 

@@ -1,0 +1,66 @@
+"""Text from users and models is printed literally: never read as rich markup, never crashing the output,
+never losing `[...]`, never sending terminal control codes (second reliability pass, class 2)."""
+
+import json
+from pathlib import Path
+
+from conftest import small_git_commit
+from openai_server import FakeOpenAI
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0].split("---\n", 2)[2]
+MARKUP = "Use [bold]x[/] with qwen[lora] [link=http://e.x]here[/link]"
+
+
+def skill(where: Path, name: str, description: str, body: str = BODY) -> Path:
+    folder = where / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description}\n---\n{body}")
+    (folder / "tasks.jsonl").write_text('{"id": "a", "input": "x"}\n')
+    return folder
+
+
+def test_list_prints_descriptions_and_problems_literally(tmp_path, capsys):
+    skill(tmp_path, "demo", MARKUP)
+    skill(tmp_path, "broken", "d", body="no sections [/] here [red]")
+    code = main(["--skills-dir", str(tmp_path), "--list"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "[bold]x[/]" in out and "qwen[lora]" in out and "[link=http://e.x]here[/link]" in out
+    assert "invalid" in out and "broken" in out
+
+
+def test_check_prints_description_and_paths_literally(tmp_path, capsys):
+    where = tmp_path / "my[red]skills[/]"
+    skill(where, "demo", MARKUP)
+    code = main(["--skills-dir", str(where), "--skill", "demo", "--check"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert MARKUP in out and "my[red]skills[/]" in out
+
+
+def test_eval_table_and_chart_show_model_labels_literally_and_escape_control_codes(tmp_path, capsys):
+    skills = small_git_commit(tmp_path, train=1, val=1)
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
+        code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none",
+                     "--model", f"qwen[lora]=a@{server.url}", "--model", f"[/]=b@{server.url}",
+                     "--model", f"\x1b[2Jwipe=c@{server.url}", "--model", f"$\\frac$=d@{server.url}",
+                     "--model", f"_hidden=e@{server.url}", "--out", str(tmp_path / "eval")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "qwen[lora]" in out and "[/]" in out and "\\x1b[2Jwipe" in out and "\x1b[2J" not in out
+    assert {r["model"] for r in json.loads((tmp_path / "eval" / "results.json").read_text())["models"]} == {
+        "qwen[lora]", "[/]", "\x1b[2Jwipe", "$\\frac$", "_hidden"}
+    assert (tmp_path / "eval" / "chart.png").exists()  # matplotlib's mathtext and '_' labels are escaped too
+
+
+def test_score_summary_shows_the_judge_model_literally(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"input": "diff", "outputs": ["fix: a", "fix: b"]}) + "\n")
+    with FakeOpenAI() as server:
+        code = main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, "--judge-api-key", "k",
+                     "--judge-model", "openai/qwen[lora]", "--out", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "qwen[lora]" in err
