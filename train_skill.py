@@ -170,10 +170,11 @@ async def train(args, skill, judge, sft) -> int:
             for _ in range(n))
 
     val_results: list = []
-    totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0, "warm_start_failures": 0}
+    totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0, "warm_start_failures": 0,
+              "check_errors": 0}
 
     async def gather(batch_tasks, desc):
-        stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0}
+        stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0, "check_errors": 0}
         mark = scorer.usage.copy()
 
         async def after_each(group):
@@ -183,6 +184,7 @@ async def train(args, skill, judge, sft) -> int:
                 return None
             group = await score_group(group, scorer, tasks)
             stats["judge_failures"] += int(group.trajectories[0].metrics["judge_failed"])
+            stats["check_errors"] += int(sum(t.metrics["check_errors"] for t in group.trajectories))
             stats["no_variance"] += len({round(t.reward, 6) for t in group.trajectories}) == 1
             return group
 
@@ -257,7 +259,7 @@ async def train(args, skill, judge, sft) -> int:
         print(f"reward plot: {kept.where / PLOT_NAME}")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
-    return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures")) else 0
+    return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")) else 0
 
 
 # ------------------------------------------------------------------ entry point

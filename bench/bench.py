@@ -33,7 +33,7 @@ from openai_server import FakeOpenAI  # noqa: E402
 
 from skill_rl.backends import fill_defaults  # noqa: E402
 from skill_rl.reward import Judge, Scorer, rubric  # noqa: E402
-from skill_rl.rubric import run_checks, skill_checks  # noqa: E402
+from skill_rl.rubric import run_checks, run_checks_group, skill_checks  # noqa: E402
 from skill_rl.derived import derive, view  # noqa: E402
 from skill_rl.skills import list_skills, load_skill  # noqa: E402
 
@@ -160,9 +160,10 @@ def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float:
 # ------------------------------------------------------------------ scorer throughput
 
 
-def throughput(skill, seconds: float = 1.0, repeat: int = 3) -> float:
+def throughput(skill, seconds: float = 1.0, repeat: int = 3, group: int = 8) -> float:
     """Deterministic scoring, outputs per second, one core, best of `repeat`; every output distinct (no cache
-    hits). Run before anything starts ART's or the test server's threads."""
+    hits), in groups of `group` outputs to one task as the scorer checks them (each group under one time
+    limit, see skill_rl/watchdog.py). Run before anything starts ART's or the test server's threads."""
     fns = skill_checks(skill)
     pairs = [(t, t.reference) for t in skill.tasks]
     best, i = 0.0, 0
@@ -170,9 +171,9 @@ def throughput(skill, seconds: float = 1.0, repeat: int = 3) -> float:
         n, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             for task, ref in pairs:
-                run_checks(fns, f"{ref}\n{i}", task)
-                i += 1
-            n += len(pairs)
+                run_checks_group(fns, [f"{ref}\n{i + k}" for k in range(group)], task)
+                i += group
+            n += len(pairs) * group
         best = max(best, n / (time.perf_counter() - start))
     return best
 

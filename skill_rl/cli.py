@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -9,6 +10,7 @@ from rich.table import Table
 
 from .console import literal
 from .derived import derive
+from .rubric import reference_problems
 from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir)
 
@@ -60,6 +62,11 @@ def init_skill(skills_dir: Path, name: str) -> int:
 
 
 def print_check(skill: Skill) -> int:
+    """Print what the skill holds; exit 2 if a check fails to run on a task's reference (a broken check)."""
+    broken = reference_problems(skill)
+    if broken:
+        print("\n".join(broken), file=sys.stderr)
+        return 2
     console = Console()
     console.print(literal(skill.name, "bold") + literal(f"  {skill.path}"), soft_wrap=True)
     console.print(literal(skill.description))

@@ -206,7 +206,8 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         for (label, i, finish), text, s in zip(owners, group, result.scores if result else []):
             new.append({"task_id": task.id, "model": label, "sample": i, "output": text, "truncated": finish == "length",
                         "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
-                        "reward": s.reward, "checks": dict(s.checks), "judge": s.judge, "judged": s.judged,
+                        "reward": s.reward, "checks": dict(s.checks), "check_errors": dict(s.check_errors),
+                        "judge": s.judge, "judged": s.judged,
                         "metrics": s.metrics()})
         records.extend(new)
         if sink:
@@ -233,8 +234,12 @@ def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, jud
         row["truncated"] = sum(r["truncated"] for r in mine)
         row["baseline"] = not ep.with_skill
         rows.append(row)
+    check_errors: dict[str, int] = {}
+    for r in scored:
+        for name in r.get("check_errors", {}):
+            check_errors[name] = check_errors.get(name, 0) + 1
     return {"rows": rows, "uplift": uplift(rows), "records": scored, "errors": errors, "judge_failures": judge_failures,
-            "judged_dimensions": scorer.judged_dimensions}
+            "check_errors": check_errors, "judged_dimensions": scorer.judged_dimensions}
 
 
 def uplift(rows: list[dict]) -> dict[str, dict]:
@@ -275,7 +280,8 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
     payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
                "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
                "uplift": result["uplift"], "judge_usage": result["judge_usage"].as_dict() if judge else None,
-               "errors": result["errors"], "judge_failures": result["judge_failures"], "records": records}
+               "errors": result["errors"], "judge_failures": result["judge_failures"],
+               "check_errors": result["check_errors"], "records": records}
     atomic_write(out / "results.json", json.dumps(payload, indent=1))
     bar_chart(result["rows"], out / "chart.png", title)
 
@@ -336,6 +342,9 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
         print(result["judge_usage"].describe(judge.model))
     if result["judge_failures"]:
         print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed")
+    if result["check_errors"]:
+        print(f"{sum(result['check_errors'].values())} check error(s), scored as failing: "
+              + ", ".join(f"{k} on {v} output(s)" for k, v in result["check_errors"].items()))
     print(f"wrote {out}/results.md, results.json, chart.png, records.jsonl")
-    failed = any(result["errors"].values()) or result["judge_failures"]
+    failed = any(result["errors"].values()) or result["judge_failures"] or result["check_errors"]
     return 1 if failed else 0

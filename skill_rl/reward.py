@@ -15,11 +15,12 @@ import asyncio
 import json
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 
-from .rubric import Score, clamp, combine, run_checks, skill_checks
-from .skills import Skill, Task
+from .rubric import CheckResults, Score, clamp, combine, run_checks_group, skill_checks
+from .skills import Skill, Task, display
 from .usage import JudgeUsage, recording
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
@@ -189,14 +190,31 @@ class GroupResult:
     usage: JudgeUsage = field(default_factory=JudgeUsage)  # the judge's tokens and cost for this group
 
 
-class Scorer:
-    """Scores groups of outputs for one skill. `judge=None` scores offline (checks only)."""
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
-    def __init__(self, skill: Skill, judge: Judge | None):
+
+class Scorer:
+    """Scores groups of outputs for one skill. `judge=None` scores offline (checks only).
+
+    `check_errors` counts, per check, the outputs it gave no valid result for (scored as failing, see
+    rubric.py); the first time a check fails this way, `report` gets one line saying so and why."""
+
+    def __init__(self, skill: Skill, judge: Judge | None, report=_to_stderr):
         self.skill, self.judge = skill, judge
         self.fns = skill_checks(skill)
         self._params, self._params_loop = None, None
         self.usage = JudgeUsage()  # every group scored so far
+        self.check_errors: dict[str, int] = {}
+        self._report = report
+
+    def _tally(self, results: list[CheckResults]) -> None:
+        for r in results:
+            for name, error in r.errors.items():
+                if name not in self.check_errors:
+                    self._report(f"{display(self.skill.path / 'checks.py')}: check '{name}' failed, scored as failing: "
+                                 f"{error} (reported once per check; every failure is counted)")
+                self.check_errors[name] = self.check_errors.get(name, 0) + 1
 
     @property
     def judged_dimensions(self) -> tuple[str, ...]:
@@ -211,7 +229,8 @@ class Scorer:
         """Checks for every output; then, per judged dimension, one RULER call over the group's distinct outputs
         (identical outputs share one judgement). A group of identical outputs is not judged: it ranks nothing."""
         start = time.perf_counter()
-        results = [run_checks(self.fns, o, task) for o in outputs]
+        results = run_checks_group(self.fns, outputs, task)
+        self._tally(results)
         dims = self.judged_dimensions
         out = GroupResult([combine(self.skill, self.fns, r) for r in results])
         distinct = list(dict.fromkeys(outputs))

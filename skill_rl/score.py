@@ -71,7 +71,8 @@ def record(line: int, index: int, task_id: str | None, score) -> dict:
     return {
         "line": line, "index": index, "task_id": task_id,
         "format": score.format, "procedure": score.procedure, "correctness": score.correctness,
-        "reward": round(score.reward, 6), "checks": dict(score.checks), "judge": score.judge, "judged": score.judged,
+        "reward": round(score.reward, 6), "checks": dict(score.checks), "check_errors": dict(score.check_errors),
+        "judge": score.judge, "judged": score.judged,
     }
 
 
@@ -116,6 +117,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO,
 
     with bar(f"scoring {path.name}", len(items), quiet) as advance:
         await asyncio.gather(*(one(*item) for item in items))
+    summary["check_errors"] = sum(scorer.check_errors.values())
     return summary
 
 
@@ -142,8 +144,9 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     console.print(table)
     if judge:
         print(summary["usage"].describe(judge.model), file=sys.stderr)  # one line, never wrapped
-    if summary["bad_lines"] or summary["judge_failures"]:
-        console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s)")
+    if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"]:
+        console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
+                      f"{summary['check_errors']} check error(s)")
     if summary["judge_skipped"] or summary["judge_duplicates"]:
         console.print(f"not sent to the judge: {summary['judge_skipped']} group(s) of identical outputs, "
                       f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement")
@@ -158,11 +161,14 @@ def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, re
     if resume and out_path.exists():
         skip = finished(out_path, read_items(path, skill, []))
         print(f"resuming: {len(skip)} line(s) of {path} already scored in {out_path}", file=sys.stderr)
-    out = open(out_path, "a" if resume else "w") if out_path else sys.stdout
+    stdout = sys.stdout
+    out = open(out_path, "a" if resume else "w") if out_path else stdout
+    sys.stdout = sys.stderr  # while scoring, a stray print (a check's, a library's) never lands in the JSONL
     try:
         summary = asyncio.run(score_file(skill, path, judge, out, skip=skip, quiet=quiet))
     finally:
+        sys.stdout = stdout
         if out_path:
             out.close()
     print_summary(skill, summary, judge)
-    return 1 if summary["bad_lines"] or summary["judge_failures"] else 0
+    return 1 if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"] else 0

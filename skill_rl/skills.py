@@ -11,7 +11,9 @@ line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'tra
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -26,6 +28,8 @@ import yaml
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .watchdog import Timeout, Watchdog
+
 DIMENSIONS = ("format", "procedure", "correctness")
 DEFAULT_WEIGHTS = {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
@@ -37,6 +41,7 @@ BOM = b"\xef\xbb\xbf"
 STRICTYAML_REFUSES = {"FlowMappingStartToken": "flow style '{...}'", "FlowSequenceStartToken": "flow style '[...]'",
                       "AnchorToken": "an anchor '&'", "AliasToken": "an alias '*'", "TagToken": "a tag '!'"}
 QUOTE_IT = "put the value in quotes (YAML reads unquoted yes, no, true, false and numbers as other types)"
+IMPORT_SECONDS = 10.0  # a checks.py that takes longer to import is reported, not waited for
 MAX_YAML_VALUES = 10_000  # frontmatter holds a handful of values; aliases may not expand it past this
 
 
@@ -61,6 +66,13 @@ def _problem(path: Path, line: int | None, msg: str) -> str:
 
 
 _repr = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, maxstring=60, maxother=60)
+
+
+def brief(error: BaseException, limit: int = 200) -> str:
+    """An exception as one bounded line: `ZeroDivisionError: division by zero`."""
+    text = " ".join(str(error).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def show(value: Any, limit: int = 40) -> str:
@@ -91,6 +103,56 @@ class Task(BaseModel):
     expect: Any = None
     reference: str | None = None
     line: int = Field(0, exclude=True)  # where it came from, for messages
+
+
+def _refuse(self, *args, **kwargs):
+    raise TypeError("a task is read-only: checks may not change it")
+
+
+class ReadOnlyList(list):
+    """A list from a task's `expect`: reads like a list, refuses every change."""
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce_ex__(self, protocol):  # a copy is an ordinary list
+        return list, (list(self),)
+
+
+class ReadOnlyDict(dict):
+    """A dict from a task's `expect`: reads like a dict, refuses every change."""
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __reduce_ex__(self, protocol):
+        return dict, (dict(self),)
+
+
+_FROZEN: dict[type, type] = {}  # a skill's pydantic model -> its frozen subclass
+
+
+def read_only(value: Any) -> Any:
+    """`value` (a validated `expect`) made deeply read-only, so that no check can change what the next check
+    or the next output sees: pydantic models frozen, lists and dicts refusing changes, sets frozen."""
+    if isinstance(value, BaseModel):
+        for name, v in list(vars(value).items()):
+            value.__dict__[name] = read_only(v)
+        cls = type(value)
+        if not cls.model_config.get("frozen"):
+            if cls not in _FROZEN:
+                _FROZEN[cls] = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "frozen": True},
+                                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+            object.__setattr__(value, "__class__", _FROZEN[cls])
+        return value
+    if isinstance(value, list):
+        return ReadOnlyList(read_only(v) for v in value)
+    if type(value) is tuple:
+        return tuple(read_only(v) for v in value)
+    if isinstance(value, dict):
+        return ReadOnlyDict({k: read_only(v) for k, v in value.items()})
+    if isinstance(value, set):
+        return frozenset(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -406,7 +468,28 @@ def _list_items(text: str, ordered: bool | None) -> list[str]:
 # ---------------------------------------------------------------- checks.py and tasks.jsonl
 
 
+def _check_problems(path: Path, module: ModuleType) -> list[str]:
+    """A check that could never be called as `check(output, task)` is a problem of the skill, found at load."""
+    out = []
+    for name, fn in vars(module).items():
+        if getattr(fn, "dimension", None) not in DIMENSIONS:
+            continue
+        line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
+        if not inspect.isfunction(fn):
+            out.append(_problem(path, line, f"check '{name}' is not a function; @check marks functions (output, task)"))
+        elif inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            out.append(_problem(path, line, f"check '{name}' is async; checks are plain functions (output, task)"))
+        else:
+            try:
+                inspect.signature(fn).bind("", None)
+            except TypeError:
+                out.append(_problem(path, line, f"check '{name}' must take (output, task), got {name}{inspect.signature(fn)}"))
+    return out
+
+
 def _load_checks(folder: Path, problems: list[str]) -> ModuleType | None:
+    """Import the skill's checks.py: user code, so bounded in time, its prints sent to stderr (stdout may be
+    JSONL), and whatever it raises, SystemExit included, reported as one line."""
     path = folder / "checks.py"
     if not path.exists():
         return None
@@ -416,17 +499,21 @@ def _load_checks(folder: Path, problems: list[str]) -> ModuleType | None:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pydantic look their module up while it runs
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as e:
-        del sys.modules[name]
-        problems.append(_problem(path, e.lineno, f"checks.py does not parse: {e.msg}"))
-        return None
-    except Exception as e:  # a user's module: report it in one line, whatever it raised
-        del sys.modules[name]
-        problems.append(_problem(path, None, f"checks.py failed to import: {type(e).__name__}: {e}"))
-        return None
-    return module
+    with Watchdog(IMPORT_SECONDS) as dog, contextlib.redirect_stdout(sys.stderr):
+        _, error = dog.call(spec.loader.exec_module, module)
+    if isinstance(error, SyntaxError):
+        problems.append(_problem(path, error.lineno, f"checks.py does not parse: {error.msg}"))
+    elif isinstance(error, Timeout):
+        problems.append(_problem(path, None, f"checks.py did not finish importing within {IMPORT_SECONDS:g} s"))
+    elif error is not None:
+        problems.append(_problem(path, None, f"checks.py failed to import: {brief(error)}"))
+    else:
+        found = _check_problems(path, module)
+        problems.extend(found)
+        if not found:
+            return module
+    del sys.modules[name]
+    return None
 
 
 def no_duplicate_keys(pairs):
@@ -473,7 +560,7 @@ def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list
         problems.append(_problem(path, n, "field 'expect' is given but this skill has no checks.py defining an Expect schema"))
         return None
     try:
-        return task.model_copy(update={"expect": expect_model.model_validate(task.expect)})
+        return task.model_copy(update={"expect": read_only(expect_model.model_validate(task.expect))})
     except ValidationError as e:
         for err in e.errors():
             loc = ".".join(str(p) for p in ("expect", *err["loc"]))

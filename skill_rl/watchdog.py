@@ -1,0 +1,119 @@
+"""A time limit for user code (a skill's checks.py) run in this process, without threads.
+
+    with Watchdog(limit_seconds) as dog:
+        value, error = dog.call(fn, *args)   # error: the exception fn raised, or a Timeout
+
+A check runs on the main thread, where Python runs signal handlers between bytecodes and where `re`
+polls for them while it backtracks. So an interval timer's SIGALRM can stop a check that loops,
+sleeps or backtracks forever: the handler raises `Timeout`, a BaseException that a check's
+`except Exception` does not swallow. If the code swallows it anyway (a bare `except:` in a retry
+loop), the next tick raises it again on every line the code runs (sys.monitoring LINE events), so
+it escapes every handler; and a call that went past its limit counts as timed out even if it then
+returns a value. A thread could not do this: `re` holds the GIL, so a regex stuck in a thread freezes every thread, the event
+loop included; and a thread cannot be stopped. Two limits remain: C code that never checks for
+signals (`sum(range(10**15))`, `10**10**8`) cannot be stopped, and off the main thread nothing is
+bounded (the call just runs). The timer is armed only inside `with`, and any SIGALRM handler and
+timer that were set before (a test's own alarm) are put back on the way out.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+_LINE = sys.monitoring.events.LINE
+_tool: list[int] = []  # the sys.monitoring tool id we hold, once we needed one
+
+
+class Timeout(BaseException):
+    """Raised inside user code that ran past its limit."""
+
+
+class Watchdog:
+    """Within `with`, each `call` may run `limit` seconds (it is stopped between limit and limit + limit / 4)."""
+
+    TICKS = 4  # timer ticks per limit
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self.running = False  # a call is in progress
+        self.calls = 0  # calls started; lets the timer tell a long call from a series of short ones
+        self.fired = 0  # Timeouts raised into the current call
+        self.armed = False
+        self._seen, self._ticks = -1, 0
+
+    def __enter__(self) -> Watchdog:
+        self.armed = threading.current_thread() is threading.main_thread()
+        if self.armed:
+            self._entered = time.monotonic()
+            self._old_handler = signal.signal(signal.SIGALRM, self._alarm)
+            tick = self.limit / self.TICKS
+            self._old_timer = signal.setitimer(signal.ITIMER_REAL, tick, tick)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.armed:
+            return
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if self._old_handler is None else self._old_handler)
+        delay, interval = self._old_timer
+        if delay > 0:  # someone else's alarm was running: let it go off when it would have
+            signal.setitimer(signal.ITIMER_REAL, max(delay - (time.monotonic() - self._entered), 1e-3), interval)
+        self.armed = False
+
+    def _over(self) -> bool:
+        return self.running and self._seen == self.calls and self._ticks > self.TICKS
+
+    def _alarm(self, signum, frame) -> None:
+        if not self.running:
+            return
+        if self._seen != self.calls:
+            self._seen, self._ticks = self.calls, 0
+        self._ticks += 1
+        if not self._over():
+            return
+        self.fired += 1
+        if self.fired > 1:  # the last Timeout was swallowed: raise it on every line from now on
+            self._every_line(True)
+        raise Timeout()
+
+    def _every_line(self, on: bool) -> None:
+        if not _tool:
+            free = [i for i in (4, 3) if sys.monitoring.get_tool(i) is None]
+            if not free:  # a debugger or coverage tool holds them: a swallowed Timeout is retried each tick
+                return
+            sys.monitoring.use_tool_id(free[0], "skill-rl watchdog")
+            _tool.append(free[0])
+        sys.monitoring.register_callback(_tool[0], _LINE, self._line if on else None)
+        sys.monitoring.set_events(_tool[0], _LINE if on else 0)
+
+    def _line(self, code, line: int) -> None:
+        if code is not _CALL and self._over():
+            raise Timeout()
+
+    def call(self, fn: Callable, *args) -> tuple[Any, BaseException | None]:
+        """(fn(*args), None), or (None, the exception it raised, or a Timeout once it ran past the limit).
+        KeyboardInterrupt is the user's Ctrl-C, not the code's failure: it propagates."""
+        self.fired = 0
+        self.calls += 1
+        try:
+            try:
+                self.running = True
+                value, error = fn(*args), None
+            finally:
+                self.running = False  # a Timeout raised before this line is still caught below
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # user code may raise anything, SystemExit included: it is reported, not fatal
+            value, error = None, e
+        if self.fired:
+            if self.fired > 1:
+                self._every_line(False)
+            return None, error if isinstance(error, Timeout) else Timeout()
+        return value, error
+
+
+_CALL = Watchdog.call.__code__

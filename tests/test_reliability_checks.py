@@ -1,0 +1,208 @@
+"""A skill's checks.py is user code, and untrusted: whatever a check does, scoring finishes, the check is
+scored as failing on that output, counted, reported once, and the exit status says so (second reliability
+pass, class 3). Every shipped check is linear on pathological outputs (class 4)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SMALL_DIFF, deadline, small_git_commit
+from openai_server import FakeOpenAI
+from skill_rl import rubric, skills
+from skill_rl.rubric import run_checks, skill_checks
+from skill_rl.skills import SkillError, load_skill
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD_MD = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0]
+TASKS = '{"id": "a", "input": "What is 2+2?", "reference": "4"}\n{"id": "b", "input": "Capital of France?", "split": "val"}\n'
+HEADER = '''from skill_rl.rubric import check
+
+
+@check("format")
+def one_line(output, task):
+    """The answer fits on one line."""
+    return "\\n" not in output
+
+'''
+
+# misbehaviour -> (body of `def bad(output, task):`, a word its error message must contain)
+BAD = {
+    "raises": ("return 1 / 0", "ZeroDivisionError"),
+    "returns a string": ('return "0.5"', "returned '0.5'"),
+    "returns a list": ("return [1]", "returned [1]"),
+    "returns a huge int": ("return 10 ** 400", "returned 1000"),
+    "returns NaN": ('return float("nan")', "returned nan"),
+    "returns a count, not a fraction": ("return 5", "returned 5"),
+    "returns a coroutine": ("async def later():\n        return True\n    return later()", "coroutine"),
+    "calls sys.exit": ("import sys\n    sys.exit(0)", "SystemExit"),
+    "raises KeyboardInterrupt-like BaseException": ("raise GeneratorExit('x')", "GeneratorExit"),
+    "loops forever": ("while True:\n        pass", "timed out"),
+    "sleeps": ("import time\n    time.sleep(60)", "timed out"),
+    "swallows every exception while looping": ("while True:\n        try:\n            while True:\n                pass\n"
+                                               "        except BaseException:\n            pass", "timed out"),
+    "catastrophic regex": ("import re\n    return bool(re.match(r'(a+)+$', 'a' * 64 + 'b'))", "timed out"),
+}
+
+
+def demo(where: Path, bad_body: str, gate: bool = False, tasks: str = TASKS) -> Path:
+    folder = where / "skills" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(GOOD_MD)
+    (folder / "tasks.jsonl").write_text(tasks)
+    (folder / "checks.py").write_text(HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n')
+    return folder.parent
+
+
+@pytest.fixture
+def fast_budget(monkeypatch):
+    monkeypatch.setattr(rubric, "CHECK_SECONDS", 0.1)
+
+
+def score_lines(tmp_path, n=2):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"task_id": "a", "outputs": [f"4 ({i})", f"four\n{i}"]}) + "\n" for i in range(n)))
+    return src
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_misbehaving_check_is_scored_as_failing_counted_and_reported_once(tmp_path, capsys, fast_budget, case):
+    body, word = BAD[case]
+    skills = demo(tmp_path, body)
+    out = tmp_path / "out.jsonl"
+    with deadline(20, case):
+        code = main(["--skills-dir", str(skills), "--skill", "demo", "--score", str(score_lines(tmp_path)),
+                     "--judge", "none", "--out", str(out)])
+    err = capsys.readouterr().err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == 1
+    assert len(records) == 4
+    assert all(r["checks"]["bad"] is False and word in r["check_errors"]["bad"] for r in records), records[0]
+    assert [r["checks"]["one_line"] for r in sorted(records, key=lambda r: (r["line"], r["index"]))] == [True, False] * 2
+    reports = [line for line in err.splitlines() if "check 'bad'" in line]
+    assert len(reports) == 1 and word in reports[0] and "scored as failing" in reports[0], err
+    assert "4 check error(s)" in err and "Traceback" not in err
+
+
+def test_a_check_that_errors_gates_its_dimension_to_zero_never_up(tmp_path, capsys, fast_budget):
+    out = tmp_path / "out.jsonl"
+    main(["--skills-dir", str(demo(tmp_path, "return 1 / 0", gate=True)), "--skill", "demo", "--score",
+          str(score_lines(tmp_path, 1)), "--judge", "none", "--out", str(out)])
+    assert [json.loads(line)["format"] for line in out.read_text().splitlines()] == [0.0, 0.0]
+
+
+def test_print_in_a_check_never_lands_in_jsonl_on_stdout(tmp_path, capsys):
+    skills = demo(tmp_path, 'print("NOISE from a check")\n    return True')
+    assert main(["--skills-dir", str(skills), "--skill", "demo", "--score", str(score_lines(tmp_path)), "--judge", "none"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["checks"]["bad"] for line in out.splitlines()] == [True] * 4
+    assert "NOISE from a check" in err
+
+
+def test_checks_cannot_change_the_task_or_its_expect(tmp_path, capsys):
+    folder = demo(tmp_path, "return True",
+                  tasks='{"id": "a", "input": "x", "expect": {"tags": ["a"], "by": {"k": [1]}}}\n') / "demo"
+    (folder / "checks.py").write_text(
+        "from pydantic import BaseModel\nfrom skill_rl.rubric import check\n\n\n"
+        "class Expect(BaseModel):\n    tags: list[str]\n    by: dict[str, list[int]]\n\n"
+        '@check("format")\ndef grab_list(output, task):\n    task.expect.tags.append("b")\n\n'
+        '@check("format")\ndef grab_dict(output, task):\n    task.expect.by["k"].append(2)\n\n'
+        '@check("format")\ndef grab_field(output, task):\n    task.expect.tags = []\n\n'
+        '@check("format")\ndef grab_input(output, task):\n    task.input = "y"\n\n'
+        '@check("format")\ndef untouched(output, task):\n    return task.expect.tags == ["a"] and task.expect.by == {"k": [1]} and task.input == "x"\n')
+    skill = load_skill(folder)
+    task = skill.tasks[0]
+    results = [run_checks(skill_checks(skill), f"out {i}", task) for i in range(3)]
+    assert all(r["untouched"] is True for r in results)
+    assert all(set(r.errors) == {"grab_list", "grab_dict", "grab_field", "grab_input"} for r in results)
+    assert task.expect.tags == ["a"] and task.expect.by == {"k": [1]} and task.input == "x"
+
+
+# ------------------------------------------------------------------ caught before training
+
+
+def test_check_runs_every_check_on_each_reference_and_names_the_broken_one(tmp_path, capsys, monkeypatch, fast_budget):
+    monkeypatch.chdir(tmp_path)
+    skills = demo(tmp_path, "return len(output) / 0 if output == '4' else True")
+    code = main(["--skills-dir", str(skills), "--skill", "demo", "--check"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == ["skills/demo/checks.py:9: check 'bad' failed on the reference of task 'a' (skills/demo/tasks.jsonl:1): "
+                   "ZeroDivisionError: division by zero"], err
+
+
+def test_check_reports_a_check_that_never_returns_on_a_reference(tmp_path, capsys, monkeypatch, fast_budget):
+    monkeypatch.chdir(tmp_path)
+    with deadline(10):
+        code = main(["--skills-dir", str(demo(tmp_path, "while True:\n        pass")), "--skill", "demo", "--check"])
+    err = capsys.readouterr().err
+    assert code == 2 and "check 'bad' failed on the reference of task 'a'" in err and "timed out after 0.1 s" in err
+
+
+@pytest.mark.parametrize("source,problem", [
+    ('@check("format")\ndef bad(output):\n    return True\n', "check 'bad' must take (output, task)"),
+    ('@check("format")\ndef bad(output, task, extra):\n    return True\n', "check 'bad' must take (output, task)"),
+    ('@check("format")\nasync def bad(output, task):\n    return True\n', "check 'bad' is async; checks are plain functions"),
+    ('class Bad:\n    pass\n\nbad = check("format")(Bad())\n', "check 'bad' is not a function"),
+    ('import sys\nsys.exit(4)\n', "checks.py failed to import: SystemExit: 4"),
+    ('print("NOISE at import")\n', None),
+])
+def test_a_check_that_cannot_be_called_is_a_load_problem(tmp_path, capsys, source, problem):
+    folder = demo(tmp_path, "return True") / "demo"
+    (folder / "checks.py").write_text(HEADER + source)
+    if problem is None:
+        load_skill(folder)
+        out, err = capsys.readouterr()
+        assert "NOISE at import" in err and not out
+        return
+    with pytest.raises(SkillError) as e:
+        load_skill(folder)
+    assert any(problem in p for p in e.value.problems), e.value.problems
+
+
+def test_a_checks_py_that_never_finishes_importing_is_a_load_problem(tmp_path, monkeypatch):
+    monkeypatch.setattr(skills, "IMPORT_SECONDS", 0.2)
+    folder = demo(tmp_path, "return True") / "demo"
+    (folder / "checks.py").write_text("while True:\n    pass\n")
+    with deadline(10), pytest.raises(SkillError) as e:
+        load_skill(folder)
+    assert "checks.py did not finish importing within 0.2 s" in e.value.problems[0]
+
+
+# ------------------------------------------------------------------ --eval and training keep going
+
+
+def test_eval_counts_check_errors_and_exits_1(tmp_path, capsys, fast_budget):
+    skills = demo(tmp_path, "return 1 / 0")
+    with FakeOpenAI(policy_fn=lambda r: "4") as server:
+        code = main(["--skills-dir", str(skills), "--skill", "demo", "--eval", "--model", f"m=a@{server.url}",
+                     "--judge", "none", "--split", "all", "--out", str(tmp_path / "eval")])
+    err = capsys.readouterr().err
+    result = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert code == 1 and result["models"][0]["n"] == 2 and result["check_errors"] == {"bad": 2}
+    assert all("ZeroDivisionError" in r["check_errors"]["bad"] for r in result["records"])
+    assert len([line for line in err.splitlines() if "check 'bad'" in line]) == 1
+
+
+def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path):
+    skills = small_git_commit(tmp_path, train=4, val=1)
+    with open(skills / "git-commit" / "checks.py", "a") as f:
+        f.write('\n\n@check("format")\ndef explodes(output, task):\n    return 1 / 0\n\n\n'
+                '@check("procedure")\ndef hangs(output, task):\n    while True:\n        pass\n')
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url}
+        start = time.perf_counter()
+        run = subprocess.run([sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
+                              "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--steps", "1",
+                              "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert "step    1 | reward" in run.stdout and "check errors 12" in run.stdout  # 2 checks x (2 x 2 train + 1 x 2 val)
+    assert len([line for line in run.stderr.splitlines() if "check 'explodes'" in line]) == 1
+    assert len([line for line in run.stderr.splitlines() if "check 'hangs'" in line]) == 1
+    assert time.perf_counter() - start < 60 and "Traceback" not in run.stderr
