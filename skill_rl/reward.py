@@ -85,9 +85,18 @@ def _as_data(text: str) -> str:
 # ------------------------------------------------------------------ the judge call
 
 
+FENCE_OPEN = re.compile(r"```(?:json)?\s*\{")
+FENCE_CLOSE = re.compile(r"\}\s*```")
+
+
 def _unfence(content: str) -> str:
-    m = re.search(r"```(?:json)?\s*(\{.*\})\s*```", content, re.S)
-    return m[1] if m else content
+    """The JSON object inside the first code fence: from its `{` to the last `}` that a fence closes. The same
+    as the regex ```(?:json)?\\s*(\\{.*\\})\\s*``` with re.S, in linear time (that one is quadratic)."""
+    m = FENCE_OPEN.search(content)
+    last = None
+    for last in FENCE_CLOSE.finditer(content, m.end() - 1) if m else ():
+        pass
+    return content[m.end() - 1 : last.start() + 1] if last else content
 
 
 def _litellm_params(judge: Judge) -> dict:

@@ -206,3 +206,77 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path):
     assert len([line for line in run.stderr.splitlines() if "check 'explodes'" in line]) == 1
     assert len([line for line in run.stderr.splitlines() if "check 'hangs'" in line]) == 1
     assert time.perf_counter() - start < 60 and "Traceback" not in run.stderr
+
+
+# ------------------------------------------------------------------ catastrophic regexes (class 4)
+
+MB5 = 5 * 2**20
+PATHOLOGICAL = {  # each a 5 MB output, one line unless a header line is needed to reach the body's checks
+    "letters": "a" * MB5,
+    "word-dot": "a." * (MB5 // 2),
+    "word-slash": "a/" * (MB5 // 2),
+    "word-colon": "a:" * (MB5 // 2),
+    "digits": "9" * MB5,
+    "hashes": "#" * MB5,
+    "open parens": "feat(" + "(" * MB5,
+    "scope never closed": "feat(" + "x" * MB5,
+    "scheme-like run": "a1+.-" * (MB5 // 5),
+    "long body line": "feat: add a thing\n\n" + "ab" * (MB5 // 2),
+    "colons and digits": "a.py:1" * (MB5 // 6),
+    "finding label run": "## Summary\nx\n\n## Findings\n- " + "a" * MB5,
+    "finding decorations": "## Summary\nx\n\n## Findings\n- issue (" + "a" * MB5,
+    "finding huge line number": "## Summary\nx\n\n## Findings\n- issue: app/x.py:" + "9" * MB5 + " x",
+    "finding huge range": "## Summary\nx\n\n## Findings\n- issue (blocking): app/x.py:1-999999999999 x\n\n## Verdict\nrequest-changes",
+    "fences": "```" * (MB5 // 3),
+    "spaces": " " * MB5,
+}
+SKILLS = sorted(p.parent.name for p in (ROOT / "skills").glob("*/checks.py"))
+
+
+@pytest.mark.parametrize("skill_name", SKILLS)
+@pytest.mark.parametrize("case", sorted(PATHOLOGICAL))
+def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name, case):
+    skill = load_skill(ROOT / "skills" / skill_name)
+    task = next(t for t in skill.tasks if t.expect is not None)
+    with deadline(60, f"{skill_name} on {case}"):  # each check is also stopped after rubric.CHECK_SECONDS
+        results = run_checks(skill_checks(skill), PATHOLOGICAL[case], task)
+    assert not results.errors, results.errors  # no check timed out (1 s) or raised
+
+
+def test_unfencing_a_judge_answer_is_linear_on_a_pathological_answer():
+    from skill_rl.reward import _unfence
+
+    answer = "```{" * (MB5 // 4)
+    with deadline(10, "unfencing a 5 MB answer"):
+        assert _unfence(answer) is answer  # no closing brace: left for RULER to reject, and retried
+        assert _unfence("x ```json\n{\"scores\": []}\n``` y ```") == '{"scores": []}'
+
+
+def test_a_check_that_hangs_holds_the_event_loop_for_at_most_its_time_limit(tmp_path, fast_budget):
+    import asyncio
+
+    from skill_rl.reward import Scorer
+
+    skill = load_skill(demo(tmp_path, "while True:\n        pass") / "demo")
+    gaps = []
+
+    async def heartbeat(done):
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            gaps.append(time.perf_counter() - last)
+            last = time.perf_counter()
+
+    async def both():
+        done = asyncio.Event()
+        beat = asyncio.create_task(heartbeat(done))
+        await asyncio.sleep(0.05)
+        result = await Scorer(skill, None, report=lambda line: None).score(skill.tasks[0], ["4"] * 6)
+        done.set()
+        await beat
+        return result
+
+    with deadline(20):
+        result = asyncio.run(both())
+    assert all("bad" in s.check_errors for s in result.scores)
+    assert max(gaps) < 0.6  # one call stops within 0.1 s + 0.025 s; three time out, the rest are skipped

@@ -58,7 +58,8 @@ FINDING = re.compile(
     r"^[-*] (?P<label>[a-z]+)(?: \((?P<decorations>[a-z0-9 ,_-]+)\))?: "
     r"(?P<file>[^\s:]+):(?P<start>\d+)(?:-(?P<end>\d+))? +\S"
 )
-LOCATION = re.compile(r"(?P<file>[\w./-]+\.[\w]+|[\w./-]*/[\w.-]+):(?P<start>\d+)(?:-(?P<end>\d+))?")
+# tried only where a run of path characters starts: the same matches, linear on a long line (it was quadratic)
+LOCATION = re.compile(r"(?<![\w./-])(?P<file>[\w./-]+\.[\w]+|[\w./-]*/[\w.-]+):(?P<start>\d+)(?:-(?P<end>\d+))?")
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,21 @@ class Review:
     verdict: str
 
 
+def _number(digits: str | None, default: int) -> int:
+    """A cited line number; past nine digits it is no line of any diff (and int() of 5,000 digits raises)."""
+    return default if digits is None else int(digits) if len(digits) <= 9 else 10**9
+
+
 def _finding(line: str) -> Finding:
     m = FINDING.match(line)
     if m and m["label"] in LABELS:
         decorations = {d.strip() for d in (m["decorations"] or "").split(",")}
-        start = int(m["start"])
-        return Finding(line, m["label"], "blocking" in decorations, m["file"], start, int(m["end"] or start))
+        start = _number(m["start"], 0)
+        return Finding(line, m["label"], "blocking" in decorations, m["file"], start, _number(m["end"], start))
     loc = LOCATION.search(line)  # malformed, but a cited location still counts for correctness
     if loc:
-        start = int(loc["start"])
-        return Finding(line, None, "blocking" in line.lower(), loc["file"], start, int(loc["end"] or start))
+        start = _number(loc["start"], 0)
+        return Finding(line, None, "blocking" in line.lower(), loc["file"], start, _number(loc["end"], start))
     return Finding(line, None, "blocking" in line.lower(), None, 0, 0)
 
 

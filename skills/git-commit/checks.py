@@ -40,7 +40,9 @@ BREAKING_HEADER = re.compile(r"^(\w*)(?:\((.*)\))?!: (.*)$")
 BREAKING_NOTE = re.compile(r"^[ \t|*]*BREAKING[ -]CHANGE[: \t]", re.I | re.M)
 # The footer the spec and this skill ask for: upper case, a colon, then text on that line or the next.
 BREAKING_FOOTER = re.compile(r"^BREAKING[ -]CHANGE:[ \t]*(?:\S|\n[ \t]*\S)", re.M)
-URL = re.compile(r"[a-z][a-z0-9+.-]*://\S", re.I)
+# `[a-z][a-z0-9+.-]*://\S`, tried only where a run of scheme characters starts and never backtracked
+# into, so that it stays linear on a long line (the plain form is quadratic: 5 MB of letters took hours)
+URL = re.compile(r"(?<![a-z0-9+.-])[0-9+.-]*+[a-z][a-z0-9+.-]*+://\S", re.I)
 
 
 class Message(NamedTuple):
@@ -137,7 +139,7 @@ def imperative(output: str, task) -> bool | None:
     subject = parse(output).subject
     if not subject:
         return None
-    word = subject.split()[0].lower().strip("`'\"")
+    word = subject.split(None, 1)[0].lower().strip("`'\"")
     if word in NOT_VERBS:
         return False
     if word.endswith("ing") and len(word) > 4 and word not in SPECIAL_ING:
@@ -147,6 +149,7 @@ def imperative(output: str, task) -> bool | None:
     return not (word.endswith(("es", "ds", "ts", "ns", "rs", "ls", "ps", "ks", "gs", "ms", "ws")) and len(word) > 3)
 
 
+WORD = re.compile(r"\S+")
 VAGUE = frozenset("update updates updated fix fixes fixed change changes changed code stuff things misc minor wip "
                   "various improvements improve tweak tweaks cleanup some bug bugs issue issues it work small".split())
 FILLER = diffs.FILLER | VAGUE  # words that name nothing in particular, for `grounded`
@@ -158,8 +161,13 @@ def specific_subject(output: str, task) -> bool | None:
     subject = parse(output).subject
     if not subject:
         return None
-    words = [w for w in (w.strip(".,:;!?()[]`'\"") for w in subject.lower().split()) if w]
-    return len(words) >= 2 and not all(w in VAGUE for w in words)
+    count = specific = 0
+    for word in WORD.finditer(subject.lower()):  # lazily: a 5 MB subject is decided by its first words
+        w = word[0].strip(".,:;!?()[]`'\"")
+        count, specific = count + bool(w), specific or (bool(w) and w not in VAGUE)
+        if count >= 2 and specific:
+            return True
+    return False
 
 
 @check("format")
