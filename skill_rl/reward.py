@@ -19,8 +19,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .rubric import CheckResults, Score, clamp, combine, run_checks_group, skill_checks
-from .skills import Skill, Task, display
+from .rubric import CheckResults, Score, clamp, combine, run_checks_group, skill_checks, where
+from .skills import Skill, Task
 from .usage import JudgeUsage, recording
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
@@ -221,8 +221,9 @@ class Scorer:
         for r in results:
             for name, error in r.errors.items():
                 if name not in self.check_errors:
-                    self._report(f"{display(self.skill.path / 'checks.py')}: check '{name}' failed, scored as failing: "
-                                 f"{error} (reported once per check; every failure is counted)")
+                    fn = next(f for f in self.fns if f.__name__ == name)
+                    self._report(f"{where(fn)}: check '{name}' failed, scored as failing: {error} "
+                                 "(reported once per check; every failure is counted)")
                 self.check_errors[name] = self.check_errors.get(name, 0) + 1
 
     @property

@@ -28,6 +28,7 @@ import inspect
 import math
 import numbers
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -170,6 +171,11 @@ def run_checks_group(fns: list[Callable], outputs: list[str], task: Task) -> lis
         return [_run(fns, o, task, dog) for o in outputs]
 
 
+def where(fn: Callable) -> str:
+    """file:line of a check's definition (checks.py, or derived.py for a check derived from SKILL.md)."""
+    return f"{display(Path(fn.__code__.co_filename))}:{fn.__code__.co_firstlineno}"
+
+
 def reference_problems(skill: Skill) -> list[str]:
     """Run every check once on each task's reference: one line per check that fails to run on one."""
     fns = skill_checks(skill)
@@ -185,7 +191,7 @@ def reference_problems(skill: Skill) -> list[str]:
         if fn.__name__ in first:
             task, error = first[fn.__name__]
             more = counts[fn.__name__] - 1
-            lines.append(f"{display(skill.path / 'checks.py')}:{fn.__code__.co_firstlineno}: check '{fn.__name__}' failed on the "
+            lines.append(f"{where(fn)}: check '{fn.__name__}' failed on the "
                          f"reference of task '{task.id}' ({display(skill.path / 'tasks.jsonl')}:{task.line}): {error}"
                          + (f" (and on {more} more reference(s))" if more else ""))
     return lines

@@ -12,7 +12,7 @@ it escapes every handler; and a call that went past its limit counts as timed ou
 returns a value. A thread could not do this: `re` holds the GIL, so a regex stuck in a thread freezes every thread, the event
 loop included; and a thread cannot be stopped. What remains unbounded: C code that never checks for
 signals (`sum(range(10**15))`, `10**10**8`), and regexes whose backtracking is mostly long C scans
-(`re` polls for signals every 4,096 steps, so `[\w.]+\.\w+:` searched over 5 MB of letters is
+(`re` polls for signals every 4,096 steps, so `[a-z.]+[.][a-z]+:` searched over 5 MB of letters is
 stopped only after minutes): the shipped checks' regexes are linear for that reason, and tested on
 5 MB outputs. Off the main thread nothing is bounded (the call just runs). While a check runs it
 holds the event loop, as any synchronous scoring does; the limit bounds that too. The timer is armed only inside `with`, and any SIGALRM handler and

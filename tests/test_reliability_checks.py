@@ -229,15 +229,17 @@ PATHOLOGICAL = {  # each a 5 MB output, one line unless a header line is needed 
     "finding huge range": "## Summary\nx\n\n## Findings\n- issue (blocking): app/x.py:1-999999999999 x\n\n## Verdict\nrequest-changes",
     "fences": "```" * (MB5 // 3),
     "spaces": " " * MB5,
+    "stars and pipes": "*|" * (MB5 // 2),
+    "breaking-note prefix": "\n" + " \t|*" * (MB5 // 4),
 }
-SKILLS = sorted(p.parent.name for p in (ROOT / "skills").glob("*/checks.py"))
+SKILLS = sorted(p.parent.name for p in (ROOT / "skills").glob("*/SKILL.md"))  # checks.py and derived checks
 
 
 @pytest.mark.parametrize("skill_name", SKILLS)
 @pytest.mark.parametrize("case", sorted(PATHOLOGICAL))
 def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name, case):
     skill = load_skill(ROOT / "skills" / skill_name)
-    task = next(t for t in skill.tasks if t.expect is not None)
+    task = next((t for t in skill.tasks if t.expect is not None), skill.tasks[0])
     with deadline(60, f"{skill_name} on {case}"):  # each check is also stopped after rubric.CHECK_SECONDS
         results = run_checks(skill_checks(skill), PATHOLOGICAL[case], task)
     assert not results.errors, results.errors  # no check timed out (1 s) or raised
