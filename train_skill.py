@@ -26,12 +26,13 @@ import asyncio
 import math
 import os
 import random
+import re
 import signal
 import sys
 import time
 from pathlib import Path
 
-from skill_rl import backends, mining, warmstart
+from skill_rl import backends, flags, mining, warmstart
 from skill_rl.cli import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
@@ -39,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = flags.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_argument_group("skill")
     s.add_argument("--skill", help="skill folder name under --skills-dir")
     s.add_argument("--skills-dir", type=Path, default=None,
@@ -87,8 +88,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--context-tokens", type=int, default=None,
                    help="model context; tasks whose prompt (estimated at 3 characters a token) plus --max-tokens "
                         "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 4096, bounding its memory)")
-    t.add_argument("--run-name", default=None, help="run to create or resume (default <skill>-<base model>)")
-    t.add_argument("--project", default="skill-rl", help="ART project (default skill-rl)")
+    t.add_argument("--run-name", type=flags.path_part, default=None, help="run to create or resume (default <skill>-<base model>)")
+    t.add_argument("--project", type=flags.path_part, default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
@@ -300,7 +301,7 @@ def main(argv=None) -> int:
         plan = backends.plan(args, len(skill.split("val")))  # no way to train, or a base model the backend refuses: exit 2
         args.backend, args.base_model = plan.kind, plan.base_model
         judge = make_judge(args)
-        args.run_name = args.run_name or f"{skill.name}-{args.base_model.split('/')[-1].lower()}"
+        args.run_name = args.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', args.base_model.split('/')[-1].lower())}"
         print(plan.describe())
         cli.print_config(args, judge)
         return asyncio.run(train(args, skill, judge, sft))

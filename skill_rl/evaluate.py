@@ -18,11 +18,14 @@ import json
 import os
 import random
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .cli import Exit
 from .console import clean
 from .progress import bar
+from .records import Sink, prepare_folder, skill_files
 from .reward import Judge, Scorer
 from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
@@ -286,65 +289,80 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
     bar_chart(result["rows"], out / "chart.png", title)
 
 
-def run(skill: Skill, args, judge: Judge | None) -> int:
+def _endpoints(args) -> list[Endpoint]:
     if not args.model:
-        print("error: --eval needs at least one --model SPEC (an id at --base-url, or label=ID@URL)")
-        return 2
+        raise Exit(2, "--eval needs at least one --model SPEC (an id at --base-url, or label=ID@URL)")
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
     try:
         endpoints = [parse_spec(s, base_url, api_key) for s in args.model]
     except ValueError as e:
-        print(f"error: {e}")
-        return 2
+        raise Exit(2, str(e)) from None
     endpoints = with_baselines(endpoints) if args.baseline else endpoints
     if len({e.label for e in endpoints}) != len(endpoints):
-        print("error: two --model specs share a label; name them label=ID@URL")
-        return 2
+        raise Exit(2, "two --model specs share a label; name them label=ID@URL")
+    return endpoints
+
+
+def _tasks(skill: Skill, args) -> list[Task]:
     tasks = list(skill.tasks) if args.split == "all" else skill.split(args.split)
     tasks = tasks[: args.limit] if args.limit else tasks
     tasks, note = skill.fitting(tasks, args.context_tokens, args.max_tokens)
     if note:
-        print(note)
+        print(note, file=sys.stderr)
     if not tasks:
-        print(f"error: {skill.path / 'tasks.jsonl'} has no {args.split} tasks")
-        return 2
-    out = args.out or Path("results") / skill.name
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "records.jsonl"
-    done = read_jsonl(log) if args.resume else []
-    if args.resume:
-        print(f"resuming: {len({r['task_id'] for r in done})} task(s) already in {log}")
-    atomic_write(log, "".join(json.dumps(r) + "\n" for r in done))  # drop a torn last line, or start afresh
-    temperature = 0.0 if args.temperature is None else args.temperature
-    with open(log, "a") as f:
-        def sink(recs):
-            f.write("".join(json.dumps(r) + "\n" for r in recs))  # one write per task
-            f.flush()
+        raise Exit(2, f"{skill.path / 'tasks.jsonl'} has no {args.split} tasks")
+    return tasks
 
-        result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
-                                      max_tokens=args.max_tokens, concurrency=args.concurrency, done=done, sink=sink,
-                                      timeout=args.request_timeout, quiet=args.quiet))
-    write_results(skill, result, out, judge, args.split)
-    mode = f"judge {judge.model}" if judge else "offline: checks only"
-    print_table(skill, result["rows"], f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})")
+
+def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
+    """The table on stdout, what failed on stderr; the exit status."""
+    print_table(skill, result["rows"], title)
     for row in result["rows"]:
         errs = result["errors"][row["model"]]
         for err in errs[:3]:
-            print(clean(f"{row['model']}: {err}"))
+            print(clean(f"{row['model']}: {err}"), file=sys.stderr)
         if len(errs) > 3:
-            print(clean(f"{row['model']}: ... {len(errs) - 3} more failures"))
+            print(clean(f"{row['model']}: ... {len(errs) - 3} more failures"), file=sys.stderr)
         if row["truncated"]:
-            print(clean(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)"))
+            print(clean(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)"), file=sys.stderr)
     for line in uplift_lines(result):
         print(clean(line))
     if judge:
         print(result["judge_usage"].describe(judge.model))
     if result["judge_failures"]:
-        print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed")
+        print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed", file=sys.stderr)
     if result["check_errors"]:
         print(f"{sum(result['check_errors'].values())} check error(s), scored as failing: "
-              + ", ".join(f"{k} on {v} output(s)" for k, v in result["check_errors"].items()))
+              + ", ".join(f"{k} on {v} output(s)" for k, v in result["check_errors"].items()), file=sys.stderr)
+    return 1 if any(result["errors"].values()) or result["judge_failures"] or result["check_errors"] else 0
+
+
+def run(skill: Skill, args, judge: Judge | None) -> int:
+    endpoints, tasks = _endpoints(args), _tasks(skill, args)
+    out = args.out or Path("results") / skill.name
+    prepare_folder(out, skill_files(skill))
+    log = out / "records.jsonl"
+    done = read_jsonl(log) if args.resume else []
+    if args.resume:
+        print(f"resuming: {len({r['task_id'] for r in done})} task(s) already in {log}", file=sys.stderr)
+    try:
+        atomic_write(log, "".join(json.dumps(r) + "\n" for r in done))  # drop a torn last line, or start afresh
+        f = open(log, "a")
+    except OSError as e:
+        raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
+    temperature = 0.0 if args.temperature is None else args.temperature
+    with f:
+        sink = Sink(f, f"--out {log}")
+        result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
+                                      max_tokens=args.max_tokens, concurrency=args.concurrency, done=done,
+                                      sink=lambda recs: sink.write("".join(json.dumps(r) + "\n" for r in recs)),
+                                      timeout=args.request_timeout, quiet=args.quiet))
+    try:
+        write_results(skill, result, out, judge, args.split)
+    except OSError as e:
+        raise Exit(1, f"cannot write --out {out}: {e.strerror or e}; records.jsonl holds every record") from None
+    mode = f"judge {judge.model}" if judge else "offline: checks only"
+    code = _report(skill, result, f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})", judge)
     print(f"wrote {out}/results.md, results.json, chart.png, records.jsonl")
-    failed = any(result["errors"].values()) or result["judge_failures"] or result["check_errors"]
-    return 1 if failed else 0
+    return code

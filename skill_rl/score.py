@@ -9,14 +9,16 @@ line number and the other lines are still scored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .cli import Exit
 from .progress import bar
+from .records import Sink, prepare_file, skill_files
 from .reward import Judge, Scorer
 from .skills import Skill, Task, atomic_write, read_jsonl
 
@@ -89,7 +91,7 @@ def finished(out_path: Path, items) -> set[int]:
     return done
 
 
-async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO, concurrency: int = 8,
+async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, concurrency: int = 8,
                      skip: set[int] = frozenset(), quiet: bool = False) -> dict:
     """Score every line of `path` not in `skip`, writing each group's records to `out` as soon as it is scored."""
     errors: list[str] = []
@@ -110,7 +112,6 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: TextIO,
             errors.append(f"{path}:{line}: judge failed, scored by checks only: {result.judge_error}")
         recs = [record(line, i, task_id, s) for i, s in enumerate(result.scores)]
         out.write("".join(json.dumps(r) + "\n" for r in recs))  # one write per group: no group is half on disk
-        out.flush()
         summary["records"] += recs
         summary["outputs"] += len(outputs)
         advance()
@@ -154,9 +155,12 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
 
 def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False,
         quiet: bool = False) -> int:
+    if not path.is_file():
+        raise Exit(2, f"--score {path}: {'is a folder' if path.is_dir() else 'no such file'}; pass a JSONL file of outputs")
     if resume and out_path is None:
-        print("error: --resume needs --out FILE (the records written so far)", file=sys.stderr)
-        return 2
+        raise Exit(2, "--resume needs --out FILE (the records written so far)")
+    if out_path is not None:
+        prepare_file(out_path, {path: "the input", **skill_files(skill)})
     skip: set[int] = set()
     if resume and out_path.exists():
         skip = finished(out_path, read_items(path, skill, []))
@@ -165,10 +169,12 @@ def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, re
     out = open(out_path, "a" if resume else "w") if out_path else stdout
     sys.stdout = sys.stderr  # while scoring, a stray print (a check's, a library's) never lands in the JSONL
     try:
-        summary = asyncio.run(score_file(skill, path, judge, out, skip=skip, quiet=quiet))
+        summary = asyncio.run(score_file(skill, path, judge, Sink(out, f"--out {out_path}" if out_path else "stdout"), skip=skip,
+                                         quiet=quiet))
     finally:
         sys.stdout = stdout
         if out_path:
-            out.close()
+            with contextlib.suppress(OSError):  # what could not be written was reported already
+                out.close()
     print_summary(skill, summary, judge)
     return 1 if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"] else 0

@@ -652,9 +652,15 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
 
 def atomic_write(path: Path, text: str) -> None:
     """Write a whole file or nothing: a crash leaves the old file (or none), never half a new one."""
+    from .keys import redact  # what is written is redacted, like every other sink
+
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(redact(text))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written .tmp beside the old file
+        raise
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -79,7 +79,7 @@ def test_eval_under_a_policy_fault(tmp_path, capsys, fault):
         code = main(["--skill", "git-commit", "--eval", "--model", f"good=a@{good.url}", "--model", f"bad=b@{bad.url}",
                      "--judge", "none", "--limit", "2", "--request-timeout", "1", "--out", str(out)])
     rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())["models"]}
-    stdout = capsys.readouterr().out
+    stdout, stderr = capsys.readouterr()
     assert rows["good"]["n"] == 2 and rows["good"]["failures"] == 0
     if POLICY_FAULTS[fault]:
         assert code == 0 and rows["bad"]["n"] == 2 and rows["bad"]["failures"] == 0
@@ -87,8 +87,8 @@ def test_eval_under_a_policy_fault(tmp_path, capsys, fault):
         assert rows["bad"]["format"] < rows["good"]["format"]
     else:
         assert code == 1 and rows["bad"]["n"] == 0 and rows["bad"]["failures"] == 2
-        assert "bad: " in stdout
-    assert "Traceback" not in stdout
+        assert "bad: " in stderr  # failures are reported on stderr
+    assert "Traceback" not in stdout + stderr
 
 
 # ------------------------------------------------------------------ training under faults
@@ -379,7 +379,7 @@ def test_a_task_too_long_for_the_context_is_skipped_up_front_and_named(tmp_path,
         code = main(["--skills-dir", str(folder.parent), "--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}",
                      "--judge", "none", "--context-tokens", "32768", "--out", str(tmp_path / "eval")])
         sizes = [sum(len(m["content"]) for m in r["messages"]) for r in server.requests]
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 0
     assert "skipping 1 task(s) longer than --context-tokens 32768 minus --max-tokens 1024" in out and ": huge" in out
     assert len(sizes) == 2 and max(sizes) < 10_000  # the huge task never reached the model

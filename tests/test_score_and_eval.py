@@ -143,4 +143,4 @@ def test_eval_keeps_the_other_models_when_one_endpoint_is_down(tmp_path, capsys,
     rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())["models"]}
     assert rows["good"]["n"] == 3 and rows["good"]["format"] == 1.0
     assert rows["down"]["n"] == 0 and rows["down"]["failures"] == 3
-    assert "down: " in capsys.readouterr().out
+    assert "down: " in capsys.readouterr().err

@@ -1,0 +1,72 @@
+"""Command-line validation, up front: argparse `type=` validators for every number and name, and a parser
+whose errors are one line and exit 2 before any work (argparse would print its whole usage first).
+
+    p.add_argument("--steps", type=count(), ...)               # a whole number >= 1
+    p.add_argument("--temperature", type=number(minimum=0))   # finite, >= 0
+    p.add_argument("--run-name", type=path_part)              # one folder name: no '/', no '..'
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from typing import Callable
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose error is one line on stderr, `error: argument --x: ...`, and exit status 2."""
+
+    def error(self, message: str):
+        from .console import clean
+        from .keys import redact
+
+        sys.stderr.write(f"error: {redact(clean(message))} (see --help)\n")
+        sys.exit(2)
+
+
+def count(minimum: int = 1, what: str = "") -> Callable[[str], int]:
+    """A whole number >= `minimum` (`what` says why, e.g. "RL compares at least two answers")."""
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", text) or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}{what}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def number(minimum: float | None = None, maximum: float | None = None, above: float | None = None,
+           what: str = "") -> Callable[[str], float]:
+    """A finite number within [minimum, maximum], or > above; NaN and infinities never pass."""
+    bounds = " and ".join(b for b in (f"at least {minimum:g}" if minimum is not None else "",
+                                     f"above {above:g}" if above is not None else "",
+                                     f"at most {maximum:g}" if maximum is not None else "") if b)
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            x = math.nan
+        ok = math.isfinite(x) and (minimum is None or x >= minimum) and (maximum is None or x <= maximum) \
+            and (above is None or x > above)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be a finite number{' ' + bounds if bounds else ''}{what}, got {text!r}")
+        return x
+
+    return parse
+
+
+def path_part(text: str) -> str:
+    """A name that becomes one folder (--run-name, --project): never a path, never outside `.art/`."""
+    if not text or text in (".", "..") or re.search(r"[/\\\x00-\x1f\x7f]", text) or text != text.strip():
+        raise argparse.ArgumentTypeError(f"must be one folder name (no '/', '\\', '..', control characters or "
+                                         f"surrounding spaces), got {text!r}")
+    return text
+
+
+def url(text: str) -> str:
+    """An http(s) URL; anything else would be sent somewhere the user did not mean."""
+    if not re.fullmatch(r"https?://[^\s/?#]+\S*", text):
+        raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL, got {text!r}")
+    return text
