@@ -24,8 +24,9 @@ from pathlib import Path
 
 from .cli import Exit
 from .console import clean
+from .keys import redact
 from .progress import bar
-from .records import Sink, prepare_folder, skill_files
+from .records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from .reward import Judge, Scorer
 from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
@@ -178,51 +179,88 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
     return outs[:samples]
 
 
+def spec_of(ep: Endpoint) -> str:
+    """What a record says its model was: the id and the endpoint (never the key)."""
+    return f"{ep.model}@{ep.base_url or 'default'}"
+
+
+def complete(done: list[dict], samples: int) -> dict[str, dict[str, list[dict]]]:
+    """task id -> model label -> its records, for the models with every sample of that task scored in `done`
+    (the last record of a (task, model, sample) wins); errors and cut-short records do not count."""
+    last: dict[tuple, dict] = {}
+    for r in done:
+        if "error" not in r:
+            last[r["task_id"], r["model"], r["sample"]] = r
+    out: dict[str, dict[str, list[dict]]] = {}
+    for (task_id, label, _), r in sorted(last.items(), key=lambda kv: kv[0][2]):
+        out.setdefault(task_id, {}).setdefault(label, []).append(r)
+    for labels in out.values():
+        for label in [k for k, recs in labels.items() if [r["sample"] for r in recs] != list(range(samples))
+                      or any(r.get("output_cut") for r in recs)]:
+            del labels[label]
+    return out
+
+
 async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
                    samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
-                   timeout: float = 120.0, done: list[dict] = (), sink=None, quiet: bool = False) -> dict:
+                   timeout: float = 120.0, done: list[dict] = (), sink=None, ident: dict | None = None,
+                   quiet: bool = False) -> dict:
     """Generate with every endpoint and judge each task's outputs from all models as one group.
 
-    Tasks that already have records in `done` are skipped; each finished task's records (outputs,
-    scores, or the error of a model that failed) are handed to `sink` at once, so an interrupted
-    run loses nothing that had finished."""
+    `done` holds the records of an earlier, interrupted run of this same command (see run): a model
+    with every sample of a task there is not asked again; the others (a model added since, one whose
+    endpoint failed) are, and that task's group is scored again with every model's outputs, old and
+    new, so that the judged columns still compare the models within one group. Each finished task's
+    records (outputs, scores, or the error of a model that failed) go to `sink` at once."""
     scorer = Scorer(skill, judge)
     clients = {ep.label: client(ep, timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
-    records = list(done)
-    finished = {r["task_id"] for r in done}
+    kept = complete(list(done), samples)
+    by_task = {t: [r for recs in labels.values() for r in recs] for t, labels in kept.items()
+               if all(ep.label in labels for ep in endpoints)}
     judge_failures = 0
 
     async def one(task: Task):
         nonlocal judge_failures
-        outs = await asyncio.gather(*(generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
-                                      for ep in endpoints), return_exceptions=True)
-        group, owners, new = [], [], []
-        for ep, out in zip(endpoints, outs):
-            if isinstance(out, Exception):
-                new.append({"task_id": task.id, "model": ep.label, "error": f"{type(out).__name__}: {str(out)[:160]}"})
-                continue
-            group += [text for text, _ in out]
-            owners += [(ep.label, i, finish) for i, (_, finish) in enumerate(out)]
-        result = await scorer.score(task, group) if group else None
-        judge_failures += bool(result and result.judge_failed)
-        for (label, i, finish), text, s in zip(owners, group, result.scores if result else []):
-            new.append({"task_id": task.id, "model": label, "sample": i, "output": text, "truncated": finish == "length",
-                        "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
-                        "reward": s.reward, "checks": dict(s.checks), "check_errors": dict(s.check_errors),
-                        "judge": s.judge, "judged": s.judged,
-                        "metrics": s.metrics()})
-        records.extend(new)
+        have = kept.get(task.id, {})
+        todo = [ep for ep in endpoints if ep.label not in have]
+        fresh = await asyncio.gather(*(generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens,
+                                                gates[ep.label]) for ep in todo), return_exceptions=True)
+        outs = {**{ep.label: out for ep, out in zip(todo, fresh)},
+                **{label: [(r["output"], "length" if r["truncated"] else "stop") for r in recs] for label, recs in have.items()}}
+        new, failed = await _score_task(scorer, task, endpoints, outs, ident or {})
+        judge_failures += failed
+        by_task[task.id] = new
         if sink:
             sink(new)
         advance()
 
-    todo = [t for t in tasks if t.id not in finished]
+    todo = [t for t in tasks if t.id not in by_task]
     with bar("evaluating", len(todo), quiet) as advance:
         await asyncio.gather(*(one(t) for t in todo))
     for c in clients.values():
         await c.close()
-    return {**tabulate(records, endpoints, scorer, judge_failures), "judge_usage": scorer.usage}
+    return {**tabulate([r for recs in by_task.values() for r in recs], endpoints, scorer, judge_failures),
+            "judge_usage": scorer.usage}
+
+
+async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict) -> tuple[list[dict], bool]:
+    """One task's records: every model's outputs judged as one group, or the error of a model that failed."""
+    group, owners, new = [], [], []
+    for ep in endpoints:
+        out, mine = outs[ep.label], {**ident, "spec": spec_of(ep), "task_id": task.id, "model": ep.label}
+        if isinstance(out, Exception):
+            new.append({**mine, "error": f"{type(out).__name__}: {redact(str(out))[:300]}"})
+            continue
+        group += [text for text, _ in out]
+        owners += [(mine, i, finish) for i, (_, finish) in enumerate(out)]
+    result = await scorer.score(task, group) if group else None
+    for (mine, i, finish), text, s in zip(owners, group, result.scores if result else []):
+        new.append({**mine, "sample": i, "output": text, "truncated": finish == "length",
+                    "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
+                    "reward": s.reward, "checks": dict(s.checks), "check_errors": dict(s.check_errors),
+                    "judge": s.judge, "judged": s.judged, "metrics": s.metrics()})
+    return new, bool(result and result.judge_failed)
 
 
 def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, judge_failures: int) -> dict:
@@ -343,11 +381,14 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
+    ident = {"skill": skill.name, "tasks": digest(skill.path / "tasks.jsonl"), "samples": args.samples}
     done = read_jsonl(log) if args.resume else []
+    refuse_foreign(done, ident, log, {ep.label: spec_of(ep) for ep in endpoints})
+    whole = {t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)}
     if args.resume:
-        print(f"resuming: {len({r['task_id'] for r in done})} task(s) already in {log}", file=sys.stderr)
-    try:
-        atomic_write(log, "".join(json.dumps(r) + "\n" for r in done))  # drop a torn last line, or start afresh
+        print(f"resuming: {len(whole)} task(s) already done in {log}", file=sys.stderr)
+    try:  # only tasks every model finished stay on disk; the others are redone, judged as one group again
+        atomic_write(log, "".join(json.dumps(r) + "\n" for labels in whole.values() for recs in labels.values() for r in recs))
         f = open(log, "a")
     except OSError as e:
         raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
@@ -357,7 +398,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
         result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
                                       max_tokens=args.max_tokens, concurrency=args.concurrency, done=done,
                                       sink=lambda recs: sink.write("".join(json.dumps(r) + "\n" for r in recs)),
-                                      timeout=args.request_timeout, quiet=args.quiet))
+                                      timeout=args.request_timeout, ident=ident, quiet=args.quiet))
     try:
         write_results(skill, result, out, judge, args.split)
     except OSError as e:

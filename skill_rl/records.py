@@ -1,14 +1,19 @@
-"""Where `--score` and `--eval` write their records, made safe to point anywhere.
+"""Where `--score` and `--eval` write their records, made safe to point anywhere, and safe to resume.
 
 Before anything is opened for writing, `--out` is refused (exit 2, one line) when it is an input
 (the scored file, the skill's files, or a link to one), a folder where a file is needed or a file
 where a folder is, or cannot be opened without truncating it. A write that fails later (a full
 disk) stops the command with one line and exit 1; what was written before stays valid JSONL for
 `--resume`. Every write goes through `keys.redact`.
+
+Every record names the command that wrote it (skill, a digest of the input file, and for --eval
+the samples and each model's id and endpoint). `--resume` keeps a file only when every record in it
+belongs to this command; any other is refused with exit 2, before anything is written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import TextIO
@@ -75,3 +80,21 @@ class Sink:
         except OSError as e:
             raise Exit(1, f"cannot write {self.name}: {e.strerror or e}; the records written before are kept "
                           "(--resume continues)") from None
+
+
+def digest(path: Path) -> str:
+    """The file's content, in 16 hex digits of its SHA-256: what tells one input from another of the same name."""
+    with open(path, "rb") as f:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()[:16]
+
+
+def refuse_foreign(records: list[dict], expect: dict, where: Path, specs: dict[str, str] | None = None) -> None:
+    """Exit 2 unless every record has `expect`'s values (and, with `specs`, its model's id and endpoint)."""
+    for r in records:
+        wrong = next((f"{k} {r.get(k)!r}, this command's is {v!r}" for k, v in expect.items() if r.get(k) != v), None)
+        if wrong is None and specs is not None and specs.get(r.get("model")) != r.get("spec"):
+            wrong = (f"model {r.get('model')!r} as {r.get('spec')!r}, this command's is "
+                     f"{specs[r['model']]!r}" if r.get("model") in specs else f"model {r.get('model')!r}, which no --model names")
+        if wrong:
+            raise Exit(2, f"{where} holds records of another command ({wrong}); start afresh without --resume "
+                          "(its records are then replaced), or pass another --out")

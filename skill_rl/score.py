@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .cli import Exit
 from .progress import bar
-from .records import Sink, prepare_file, skill_files
+from .records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from .reward import Judge, Scorer
 from .skills import Skill, Task, atomic_write, read_jsonl
 
@@ -69,9 +69,9 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
     return items
 
 
-def record(line: int, index: int, task_id: str | None, score) -> dict:
+def record(line: int, index: int, task_id: str | None, score, ident: dict) -> dict:
     return {
-        "line": line, "index": index, "task_id": task_id,
+        **ident, "line": line, "index": index, "task_id": task_id,
         "format": score.format, "procedure": score.procedure, "correctness": score.correctness,
         "reward": round(score.reward, 6), "checks": dict(score.checks), "check_errors": dict(score.check_errors),
         "judge": score.judge, "judged": score.judged,
@@ -96,6 +96,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
     """Score every line of `path` not in `skip`, writing each group's records to `out` as soon as it is scored."""
     errors: list[str] = []
     items = [item for item in read_items(path, skill, errors) if item[0] not in skip]
+    ident = {"skill": skill.name, "source": digest(path)}  # what --resume checks the records against
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
@@ -110,7 +111,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
         summary["judge_duplicates"] += result.judge_duplicates
         if result.judge_error:
             errors.append(f"{path}:{line}: judge failed, scored by checks only: {result.judge_error}")
-        recs = [record(line, i, task_id, s) for i, s in enumerate(result.scores)]
+        recs = [record(line, i, task_id, s, ident) for i, s in enumerate(result.scores)]
         out.write("".join(json.dumps(r) + "\n" for r in recs))  # one write per group: no group is half on disk
         summary["records"] += recs
         summary["outputs"] += len(outputs)
@@ -163,6 +164,7 @@ def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, re
         prepare_file(out_path, {path: "the input", **skill_files(skill)})
     skip: set[int] = set()
     if resume and out_path.exists():
+        refuse_foreign(read_jsonl(out_path), {"skill": skill.name, "source": digest(path)}, out_path)
         skip = finished(out_path, read_items(path, skill, []))
         print(f"resuming: {len(skip)} line(s) of {path} already scored in {out_path}", file=sys.stderr)
     stdout = sys.stdout

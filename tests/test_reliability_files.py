@@ -105,3 +105,82 @@ def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monk
     code, err = run(capsys, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", flag, value)
     assert code == 2 and len(err) == 1 and flag in err[0], err
     assert not (tmp_path / ".art").exists()
+
+
+# ------------------------------------------------------------------ resume integrity (class 6)
+
+
+def score(capsys, skills, src, out, *extra):
+    return run(capsys, "--skills-dir", str(skills), "--skill", "git-commit", "--score", str(src), "--judge", "none",
+               "--out", str(out), *extra)
+
+
+def test_score_resume_refuses_records_of_another_input_or_skill(tmp_path, capsys):
+    skills = small_git_commit(tmp_path, train=1, val=1)
+    src, out = outputs(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    assert score(capsys, skills, src, out)[0] == 0
+    before = out.read_bytes()
+    src.write_text(src.read_text().replace("fix: a", "fix: b"))  # the same name, another content
+    code, err = score(capsys, skills, src, out, "--resume")
+    assert code == 2 and len(err) == 1 and "another command" in err[0] and "without --resume" in err[0], err
+    assert out.read_bytes() == before
+    assert run(capsys, "--skill", "code-review", "--score", str(src), "--judge", "none", "--out", str(out))[0] == 0
+    code, err = score(capsys, skills, src, out, "--resume")  # written by code-review, resumed by git-commit
+    assert code == 2 and "another command" in err[0] and "code-review" in err[0], err
+    out.write_text('{"line": 1, "index": 0}\n')  # a file that names no command at all
+    assert score(capsys, skills, src, out, "--resume")[0] == 2
+
+
+def eval_cmd(server_urls: dict, out: Path, *extra) -> list[str]:
+    models = [arg for label, url in server_urls.items() for arg in ("--model", f"{label}=m@{url}")]
+    return ["--skill", "git-commit", "--eval", *models, "--judge", "none", "--limit", "3", "--out", str(out), *extra]
+
+
+def test_eval_resume_evaluates_an_added_model_without_regenerating_the_others(tmp_path, capsys):
+    out = tmp_path / "eval"
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as a, FakeOpenAI(policy_fn=lambda r: "Raised it.") as b:
+        assert run(capsys, *eval_cmd({"a": a.url}, out))[0] == 0
+        assert len(a.requests) == 3
+        code, err = run(capsys, *eval_cmd({"a": a.url, "b": b.url}, out, "--resume"))
+        assert code == 0, err
+        assert len(a.requests) == 3 and len(b.requests) == 3  # a's outputs were kept; b answered every task
+    rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())["models"]}
+    assert rows["a"]["n"] == 3 and rows["b"]["n"] == 3 and rows["a"]["format"] > rows["b"]["format"]
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted((r["task_id"], r["model"]) for r in records) == sorted({(r["task_id"], r["model"]) for r in records})
+
+
+def test_eval_resume_retries_a_model_whose_endpoint_failed(tmp_path, capsys):
+    out = tmp_path / "eval"
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
+        server.always_fail_policy = "500"
+        assert run(capsys, *eval_cmd({"a": server.url}, out, "--request-timeout", "5"))[0] == 1
+        server.always_fail_policy = None
+        code, err = run(capsys, *eval_cmd({"a": server.url}, out, "--request-timeout", "5", "--resume"))
+    row = json.loads((out / "results.json").read_text())["models"][0]
+    assert code == 0 and row["n"] == 3 and row["failures"] == 0, err
+
+
+@pytest.mark.parametrize("change", ["samples", "model id", "model url", "dropped model", "tasks file"])
+def test_eval_resume_refuses_records_of_another_command(tmp_path, capsys, change):
+    skills = small_git_commit(tmp_path, train=1, val=3)
+    out = tmp_path / "eval"
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as a, FakeOpenAI() as b:
+        base = ["--skills-dir", str(skills), *eval_cmd({"a": a.url, "b": b.url}, out)]
+        assert run(capsys, *base)[0] == 0
+        before = (out / "records.jsonl").read_bytes()
+        again = {"samples": [*base, "--samples", "2"],
+                 "model id": [arg.replace("a=m@", "a=other@") for arg in base],
+                 "model url": [arg.replace(f"a=m@{a.url}", f"a=m@{b.url}") for arg in base],
+                 "dropped model": [arg for arg in base if arg != f"b=m@{b.url}"][:-0 or None],
+                 "tasks file": base}[change]
+        if change == "dropped model":
+            again = ["--skills-dir", str(skills), *eval_cmd({"a": a.url}, out)]
+        if change == "tasks file":
+            with open(skills / "git-commit" / "tasks.jsonl", "a") as f:
+                f.write(json.dumps({"id": "new", "input": DIFF.format(n=9), "split": "val"}) + "\n")
+        requests = len(a.requests) + len(b.requests)
+        code, err = run(capsys, *again, "--resume")
+        assert code == 2 and len(err) == 1 and "another command" in err[0] and "without --resume" in err[0], err
+        assert len(a.requests) + len(b.requests) == requests
+    assert (out / "records.jsonl").read_bytes() == before
