@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import backends, flags, mining, warmstart
+from skill_rl import backends, flags, keys, mining, warmstart
 from skill_rl.cli import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
@@ -146,7 +146,7 @@ async def train(args, skill, judge, sft) -> int:
     from skill_rl.monitor import Monitor
     from skill_rl.plots import PLOT_NAME, reward_plot
     from skill_rl.reward import Scorer
-    from skill_rl.rollout import rollout, score_group
+    from skill_rl.rollout import quiet_failed_rollouts, rollout, score_group
 
     train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val"), args)
     if not train_tasks:
@@ -161,6 +161,7 @@ async def train(args, skill, judge, sft) -> int:
     await backends.register(model, backend, kind)
     monitor = Monitor.resume(Path(model._get_output_dir()) / "history.jsonl")  # reward-hacking signs, per step
     stop = asyncio.Event()
+    quiet_failed_rollouts(asyncio.get_running_loop())
     asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: (
         stop.set(), print("\nCtrl-C: stopping after this step (press again to abort)", file=sys.stderr),
         asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)))
@@ -196,7 +197,7 @@ async def train(args, skill, judge, sft) -> int:
                 max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
         except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
             raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {args.max_exceptions} allows "
-                          f"({type(e).__name__}: {str(e)[:200]}); nothing was trained on this batch, "
+                          f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
                           "run the same command to resume")
         stats["dropped"] = len(batch_tasks) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
         for k, v in stats.items():  # training and validation alike
@@ -272,6 +273,12 @@ def main(argv=None) -> int:
 
     load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
+    keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")))
+    with keys.redacted_output():  # whatever is printed from here on, by us or a library, names no key
+        return run(args)
+
+
+def run(args) -> int:
     from skill_rl import cli
 
     try:
@@ -314,4 +321,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    keys.redact_process_output()
     sys.exit(main())

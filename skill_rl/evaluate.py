@@ -170,12 +170,12 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
         completion = await client.chat.completions.create(
             model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
             messages=messages)
-    outs = [(c.message.content or "", c.finish_reason) for c in completion.choices]
+    outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]  # servers echo keys
     while len(outs) < samples:  # servers that ignore `n`
         async with gate:
             more = await client.chat.completions.create(
                 model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages)
-        outs.append((more.choices[0].message.content or "", more.choices[0].finish_reason))
+        outs.append((redact(more.choices[0].message.content or ""), more.choices[0].finish_reason))
     return outs[:samples]
 
 

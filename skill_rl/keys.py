@@ -21,6 +21,10 @@ MASK = "***"
 _known: tuple[str, ...] = ()
 
 
+class EchoedKey(Exception):
+    """A server's answer quoted one of our keys: it is not used (not logged, judged or trained on)."""
+
+
 def collect(*flag_values: str | None) -> tuple[str, ...]:
     """Remember the secrets: the given flag values and the environment's secret-named variables."""
     global _known
@@ -51,6 +55,13 @@ class RedactingStream:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+def redact_process_output() -> None:
+    """For the script: stdout and stderr redacted until the process ends (what asyncio and the interpreter
+    print while shutting down included)."""
+    if not isinstance(sys.stdout, RedactingStream):
+        sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 
 from .diffs import Diff, parse_diff
+from .keys import redact
 from .skills import Skill, atomic_write, display, parse_task_line
 
 HOOK = "task_from_commit"
@@ -378,7 +379,7 @@ def _candidate(commit: Commit, hook, mined: Mined) -> dict | str:
         return str(e)
     except Exception as e:  # the skill's own code: count it, show the first few, carry on, exit 1
         if len(mined.errors) < 3:
-            mined.errors.append(f"{HOOK} raised on commit {commit.sha[:12]}: {type(e).__name__}: {str(e)[:200]}")
+            mined.errors.append(f"{HOOK} raised on commit {commit.sha[:12]}: {type(e).__name__}: {redact(str(e))[:200]}")
         return f"{HOOK} raised an error"
     if isinstance(got, str) and got.strip():
         return got.strip().splitlines()[0][:100]

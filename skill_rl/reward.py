@@ -20,10 +20,12 @@ import time
 from dataclasses import dataclass, field
 
 from .rubric import CheckResults, Score, clamp, combine, run_checks_group, skill_checks, where
+from .keys import redact
 from .skills import Skill, Task
 from .usage import JudgeUsage, recording
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
+MAX_EXPLANATION = 2_000  # characters of one judge explanation kept in scores, records and logs
 
 
 @dataclass(frozen=True)
@@ -173,15 +175,16 @@ async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outp
             scores = [clamp(t.metrics.get("ruler_score")) for t in judged.trajectories]
             if len(scores) != len(outputs) or any(s is None for s in scores):
                 raise ValueError(f"judge returned unusable scores {scores}")
-            explanations = [next((log.removeprefix("RULER explanation: ") for log in t.logs
-                                  if log.startswith("RULER explanation: ")), "") for t in judged.trajectories]
+            explanations = [redact(next((log.removeprefix("RULER explanation: ") for log in t.logs
+                                         if log.startswith("RULER explanation: ")), ""))[:MAX_EXPLANATION]
+                            for t in judged.trajectories]
             return list(zip(scores, explanations))
         except Exception as e:  # litellm raises many types; every one is retried, then counted
             error = e
             if attempt + 1 < judge.attempts:
                 await asyncio.sleep(min(_retry_after(e) or delay, 20.0))
                 delay *= 2
-    raise JudgeFailed(f"{dimension} judge failed after {judge.attempts} tries: {type(error).__name__}: {str(error)[:200]}")
+    raise JudgeFailed(f"{dimension} judge failed after {judge.attempts} tries: {type(error).__name__}: {redact(str(error))[:200]}")
 
 
 # ------------------------------------------------------------------ the scorer

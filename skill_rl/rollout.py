@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import art
 
+from .keys import EchoedKey, redact
 from .reward import GroupResult, Scorer
 from .skills import Skill, Task
 
@@ -26,9 +27,24 @@ async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: fl
         logprobs=True, timeout=timeout,
     )
     choice = completion.choices[0]
+    if redact(choice.message.content or "") != (choice.message.content or ""):  # never logged, judged or trained on
+        raise EchoedKey("the policy server's answer quotes an API key; this rollout is dropped (an endpoint echoing requests?)")
     traj.messages_and_choices.append(choice)
     traj.metrics["truncated"] = float(choice.finish_reason == "length")
     return traj
+
+
+def quiet_failed_rollouts(loop) -> None:
+    """When more rollouts fail than --max-exceptions allows, ART raises the first error and leaves the other
+    failed rollouts' errors unread; asyncio would print each as "Task exception was never retrieved" with a
+    traceback. They are counted and reported as one line already: drop those, keep every other report."""
+    def handler(loop, context):
+        coro = getattr(context.get("future"), "get_coro", lambda: None)()
+        if context.get("message") == "Task exception was never retrieved" and getattr(coro, "__name__", "") == "rollout":
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def output_of(traj: art.Trajectory) -> str:

@@ -70,7 +70,9 @@ _repr = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, max
 
 def brief(error: BaseException, limit: int = 200) -> str:
     """An exception as one bounded line: `ZeroDivisionError: division by zero`."""
-    text = " ".join(str(error).split())
+    from .keys import redact
+
+    text = " ".join(redact(str(error)).split())
     text = text if len(text) <= limit else text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

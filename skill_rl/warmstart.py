@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .cli import Exit
 from .evaluate import Endpoint, client, generate, parse_spec
+from .keys import redact
 from .skills import Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display
 
 STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
@@ -198,7 +199,7 @@ async def sample_teacher(args, plan: Plan, skill: Skill, tasks: list[Task]) -> t
     finally:
         await teacher.close()
     served = {t.id: o for t, o in zip(tasks, outs) if not isinstance(o, BaseException)}
-    failed = [f"teacher {ep.label}: {t.id}: {type(o).__name__}: {str(o)[:160]}" for t, o in zip(tasks, outs) if isinstance(o, BaseException)]
+    failed = [f"teacher {ep.label}: {t.id}: {type(o).__name__}: {redact(str(o))[:160]}" for t, o in zip(tasks, outs) if isinstance(o, BaseException)]
     return served, failed
 
 

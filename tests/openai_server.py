@@ -24,7 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "fenced", "wrong-count",
-          "out-of-range", "string-scores", "empty", "length", "refused")
+          "out-of-range", "string-scores", "empty", "length", "refused",
+          "401-echo",  # 401 quoting the caller's key in the body and in a header, as some providers do
+          "echo")  # a normal answer that quotes the caller's key in its text and in a header
 TOKEN = re.compile(r"\s*\S+|\s+")  # this server's tokens: words with the spaces before them
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
@@ -122,7 +124,7 @@ class FakeOpenAI:
         rows = [u for u in self.usage_reported if u["judge"] == judge]
         return sum(u["prompt_tokens"] for u in rows), sum(u["completion_tokens"] for u in rows)
 
-    def _judge_answer(self, request: dict, fault: str | None) -> tuple[int, dict | str]:
+    def _judge_answer(self, request: dict, fault: str | None, key: str = "") -> tuple[int, dict | str]:
         prompt = request["messages"][1]["content"]  # the trajectories; a corrective retry appends turns after it
         texts = candidates(prompt)
         with self._lock:
@@ -132,7 +134,8 @@ class FakeOpenAI:
             scores = scores[:-1] if len(scores) > 1 else [*scores, 0.5]
         if fault == "out-of-range":
             scores = [s * 10 - 5 for s in scores]
-        items = [{"trajectory_id": str(i), "explanation": f"candidate {i}", "score": str(s) if fault == "string-scores" else s}
+        said = f" (asked with key {key})" if fault == "echo" else ""
+        items = [{"trajectory_id": str(i), "explanation": f"candidate {i}{said}", "score": str(s) if fault == "string-scores" else s}
                  for i, s in enumerate(scores, 1)]
         content = json.dumps({"scores": items})
         if fault == "fenced":
@@ -177,6 +180,11 @@ class FakeOpenAI:
                 with server._lock:
                     fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else server.always_fail_policy)
                 time.sleep(server.judge_latency if is_judge else server.policy_latency)
+                key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                echo = {"X-Echo-Key": key} if fault in ("401-echo", "echo") else {}
+                if fault == "401-echo":
+                    return self._send(401, {"error": {"message": f"Incorrect API key provided: {key}", "type": "invalid_request_error",
+                                                      "code": "invalid_api_key"}}, echo)
                 if fault == "500":
                     return self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
                 if fault in ("429", "429-retry-after"):
@@ -192,15 +200,15 @@ class FakeOpenAI:
                 if fault == "truncated":
                     return self._send(200, server._completion("x"), cut=True)
                 if is_judge:
-                    status, body = server._judge_answer(request, fault)
-                    return self._send(status, body)
+                    status, body = server._judge_answer(request, fault, key)
+                    return self._send(status, body, echo)
                 logprobs, model = bool(request.get("logprobs")), request.get("model", "policy")
                 if fault == "empty":
                     return self._send(200, server._completion("", model=model, logprobs=logprobs, request=request))
-                text = server.policy_fn(request)
+                text = server.policy_fn(request) + (f"\n\nYour key is {key}" if fault == "echo" else "")
                 if fault == "length":
                     cut = text[: max(1, len(text) // 3)]
                     return self._send(200, server._completion(cut, "length", model, logprobs, request))
-                return self._send(200, server._completion(text, model=model, logprobs=logprobs, request=request))
+                return self._send(200, server._completion(text, model=model, logprobs=logprobs, request=request), echo)
 
         return Handler
