@@ -30,6 +30,7 @@ from .records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from .reward import Judge, Scorer
 from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
+MAX_KEPT_OUTPUT = 100_000  # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
 SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
 
 
@@ -154,8 +155,17 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
 # ------------------------------------------------------------------ the run
 
 
+async def whole(request, seconds: float):
+    """The answer to `request` (a completion call, retries included) within `seconds` in all, or TimeoutError."""
+    try:
+        return await asyncio.wait_for(request, seconds)
+    except TimeoutError:
+        raise TimeoutError(f"no whole answer within {seconds:g} s (--request-timeout)") from None
+
+
 def client(ep: Endpoint, timeout: float):
-    """An OpenAI client for one endpoint; it retries 429, 5xx, timeouts and dropped connections twice."""
+    """An OpenAI client for one endpoint; it retries 429, 5xx, timeouts and dropped connections twice, and
+    `generate` bounds each request, retries included, by `timeout` in all."""
     from openai import AsyncOpenAI
 
     return AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout)
@@ -166,15 +176,16 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
     """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message
     (the description alone for a --baseline arm)."""
     messages = [{"role": "system", "content": system_prompt(skill, ep)}, {"role": "user", "content": task.input}]
+    total = float(client.timeout)  # the client's own timeout is per read: a server trickling bytes never trips it
     async with gate:
-        completion = await client.chat.completions.create(
+        completion = await whole(client.chat.completions.create(
             model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
-            messages=messages)
+            messages=messages), total)
     outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]  # servers echo keys
     while len(outs) < samples:  # servers that ignore `n`
         async with gate:
-            more = await client.chat.completions.create(
-                model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages)
+            more = await whole(client.chat.completions.create(
+                model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages), total)
         outs.append((redact(more.choices[0].message.content or ""), more.choices[0].finish_reason))
     return outs[:samples]
 
@@ -256,7 +267,8 @@ async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], out
         owners += [(mine, i, finish) for i, (_, finish) in enumerate(out)]
     result = await scorer.score(task, group) if group else None
     for (mine, i, finish), text, s in zip(owners, group, result.scores if result else []):
-        new.append({**mine, "sample": i, "output": text, "truncated": finish == "length",
+        new.append({**mine, "sample": i, "output": text[:MAX_KEPT_OUTPUT], "output_cut": len(text) > MAX_KEPT_OUTPUT,
+                    "truncated": finish == "length",
                     "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
                     "reward": s.reward, "checks": dict(s.checks), "check_errors": dict(s.check_errors),
                     "judge": s.judge, "judged": s.judged, "metrics": s.metrics()})

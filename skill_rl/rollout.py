@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import art
 
+from .evaluate import whole
 from .keys import EchoedKey, redact
 from .reward import GroupResult, Scorer
 from .skills import Skill, Task
@@ -22,10 +23,10 @@ async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: fl
         messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
         metadata={"task_id": task.id}, metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0,
     )
-    completion = await model.openai_client().chat.completions.create(  # logprobs: ART trains only completions that carry them
+    completion = await whole(model.openai_client().chat.completions.create(  # logprobs: ART trains only those
         model=model.get_inference_name(), messages=traj.messages(), temperature=temperature, max_tokens=max_tokens,
         logprobs=True, timeout=timeout,
-    )
+    ), timeout)  # the whole answer: the client's own timeout is per read, and a server may trickle a byte at a time
     choice = completion.choices[0]
     if redact(choice.message.content or "") != (choice.message.content or ""):  # never logged, judged or trained on
         raise EchoedKey("the policy server's answer quotes an API key; this rollout is dropped (an endpoint echoing requests?)")

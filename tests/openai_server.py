@@ -26,7 +26,8 @@ from typing import Callable
 FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "fenced", "wrong-count",
           "out-of-range", "string-scores", "empty", "length", "refused",
           "401-echo",  # 401 quoting the caller's key in the body and in a header, as some providers do
-          "echo")  # a normal answer that quotes the caller's key in its text and in a header
+          "echo",  # a normal answer that quotes the caller's key in its text and in a header
+          "trickle")  # a normal answer sent one byte every `trickle_delay` seconds
 TOKEN = re.compile(r"\s*\S+|\s+")  # this server's tokens: words with the spaces before them
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
@@ -62,10 +63,13 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     def __init__(self, policy_fn: Callable[[dict], str] | None = None,
                  judge_fn: Callable[[list[str]], list[float]] = by_length,
-                 policy_latency: float = 0.0, judge_latency: float = 0.0, fault_sleep: float = 5.0):
+                 policy_latency: float = 0.0, judge_latency: float = 0.0, fault_sleep: float = 5.0,
+                 trickle_delay: float = 0.05):
         self.policy_fn = policy_fn or (lambda request: "feat: add a thing")
         self.judge_fn = judge_fn
         self.policy_latency, self.judge_latency, self.fault_sleep = policy_latency, judge_latency, fault_sleep
+        self.trickle_delay = trickle_delay
+        self.explanation = ""  # appended to every explanation the judge gives
         self.policy_faults: deque[str] = deque()
         self.judge_faults: deque[str] = deque()
         self.always_fail_judge: str | None = None  # a fault to answer every judge call with
@@ -134,7 +138,7 @@ class FakeOpenAI:
             scores = scores[:-1] if len(scores) > 1 else [*scores, 0.5]
         if fault == "out-of-range":
             scores = [s * 10 - 5 for s in scores]
-        said = f" (asked with key {key})" if fault == "echo" else ""
+        said = (f" (asked with key {key})" if fault == "echo" else "") + self.explanation
         items = [{"trajectory_id": str(i), "explanation": f"candidate {i}{said}", "score": str(s) if fault == "string-scores" else s}
                  for i, s in enumerate(scores, 1)]
         content = json.dumps({"scores": items})
@@ -159,6 +163,12 @@ class FakeOpenAI:
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(raw) + (50 if cut else 0)))
                 self.end_headers()
+                if self.trickle:
+                    for i in range(len(raw)):  # every byte on time for any per-read timeout; the whole takes long
+                        self.wfile.write(raw[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(server.trickle_delay)
+                    return
                 self.wfile.write(raw[: len(raw) // 2] if cut else raw)
                 if cut:
                     self.close_connection = True
@@ -179,6 +189,7 @@ class FakeOpenAI:
                 queue = server.judge_faults if is_judge else server.policy_faults
                 with server._lock:
                     fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else server.always_fail_policy)
+                self.trickle = fault == "trickle"
                 time.sleep(server.judge_latency if is_judge else server.policy_latency)
                 key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
                 echo = {"X-Echo-Key": key} if fault in ("401-echo", "echo") else {}

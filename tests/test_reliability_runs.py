@@ -1,0 +1,68 @@
+"""Slow streams, oversized answers, flags, and runs that compete or are stopped (second reliability pass,
+classes 8, 9 and 10)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import small_git_commit
+from openai_server import FakeOpenAI
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+ANSWER = "fix(app): raise the limit to a sane value\n\n" + "The old limit dropped valid requests. " * 8  # ~350 bytes
+
+
+def train_cmd(skills: Path, server, *extra) -> list[str]:
+    return [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
+            "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--groups-per-step", "2",
+            "--rollouts-per-group", "2", "--eval-every", "100", *extra]
+
+
+def train_env(server) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url}
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+# ------------------------------------------------------------------ slow streams and big answers (class 8)
+
+
+def test_eval_request_timeout_bounds_a_model_that_trickles_its_answer(tmp_path, capsys):
+    with FakeOpenAI(policy_fn=lambda r: ANSWER, trickle_delay=0.008) as server:  # ~3 s per answer, a byte every 8 ms
+        server.always_fail_policy = "trickle"
+        start = time.perf_counter()
+        code = main(["--skill", "git-commit", "--eval", "--model", f"slow=a@{server.url}", "--judge", "none", "--limit", "2",
+                     "--request-timeout", "1", "--out", str(tmp_path / "eval")])
+        elapsed = time.perf_counter() - start
+    row = json.loads((tmp_path / "eval" / "results.json").read_text())["models"][0]
+    assert code == 1 and row["failures"] == 2 and row["n"] == 0, capsys.readouterr().err
+    assert elapsed < 2.9  # both tasks concurrently, each cut at 1 s: never the 3 s a whole answer takes
+
+
+def test_training_request_timeout_bounds_a_policy_that_trickles(tmp_path):
+    skills = small_git_commit(tmp_path, train=4, val=1)
+    with FakeOpenAI(policy_fn=lambda r: ANSWER, trickle_delay=0.008) as server:
+        server.policy_faults.append("trickle")
+        run = subprocess.run(train_cmd(skills, server, "--steps", "1", "--request-timeout", "1", "--max-exceptions", "0.5"),
+                             cwd=tmp_path, env=train_env(server), capture_output=True, text=True, timeout=120)
+    assert "rollout errors 1 |" in run.stdout, run.stdout[-1500:] + run.stderr[-1500:]
+
+
+def test_judge_explanations_and_kept_outputs_are_bounded(tmp_path, capsys):
+    huge = "x" * 300_000
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit\n\n" + huge) as server:
+        server.explanation = "y" * 50_000
+        code = main(["--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}", "--judge-base-url", server.url,
+                     "--judge-api-key", "k", "--limit", "1", "--out", str(tmp_path / "eval")])
+    record = json.loads((tmp_path / "eval" / "records.jsonl").read_text().splitlines()[0])
+    assert code == 0, capsys.readouterr().err
+    assert record["output_cut"] is True and 100_000 <= len(record["output"]) < 100_100
+    assert len(record["judge"]) < 2 * 2_100  # two judged dimensions, 2,000 characters each at most
+    assert (tmp_path / "eval" / "results.json").stat().st_size < 300_000
