@@ -58,34 +58,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     j.add_argument("--judge", choices=("ruler", "none"), default=None,
                    help="'none' scores offline: checks only (default ruler; --backend cpu: none unless a judge is set up)")
     j.add_argument("--judge-model", default=None, help="LiteLLM model id (default openai/gpt-4.1-mini; with --judge-base-url, openai/<served name>)")
-    j.add_argument("--judge-base-url", default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
+    j.add_argument("--judge-base-url", type=flags.url, default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
     j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
-    j.add_argument("--judge-attempts", type=int, default=3, help="tries per judge call before the group is scored by checks only")
-    j.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per judge try")
+    j.add_argument("--judge-attempts", type=flags.count(), default=3, help="tries per judge call before the group is scored by checks only")
+    j.add_argument("--judge-timeout", type=flags.number(above=0), default=60.0, help="seconds per judge try")
 
     e = p.add_argument_group("evaluation (--eval)")
-    e.add_argument("--model", action="append", default=[], metavar="SPEC", help="model id at --base-url, or label=ID@URL; repeatable")
-    e.add_argument("--base-url", default=None, help="default endpoint for --model (env OPENAI_BASE_URL)")
+    e.add_argument("--model", type=flags.model_spec, action="append", default=[], metavar="SPEC", help="model id at --base-url, or label=ID@URL; repeatable")
+    e.add_argument("--base-url", type=flags.url, default=None, help="default endpoint for --model (env OPENAI_BASE_URL)")
     e.add_argument("--api-key", default=None, help="key for --base-url (env OPENAI_API_KEY)")
     e.add_argument("--split", choices=("train", "val", "all"), default="val", help="tasks to evaluate on (default val)")
-    e.add_argument("--limit", type=int, default=None, help="--eval: the first N tasks only; --tasks-from-git: the newest N commits of --rev")
-    e.add_argument("--samples", type=int, default=1, help="outputs per model per task (default 1)")
-    e.add_argument("--concurrency", type=int, default=8, help="requests in flight per model (default 8)")
+    e.add_argument("--limit", type=flags.count(), default=None, help="--eval: the first N tasks only; --tasks-from-git: the newest N commits of --rev")
+    e.add_argument("--samples", type=flags.count(), default=1, help="outputs per model per task (default 1)")
+    e.add_argument("--concurrency", type=flags.count(), default=8, help="requests in flight per model (default 8)")
     e.add_argument("--baseline", action="store_true", help="also score each model without the SKILL.md, in the same judge groups")
 
     t = p.add_argument_group("training")
     t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | cpu | MODULE:CLASS (default auto)")
     t.add_argument("--base-model", default=None, help=backends.BASE_MODEL_HELP)
-    t.add_argument("--steps", type=int, default=None, help="training steps in all, counting resumed ones (default 50; cpu 10)")
-    t.add_argument("--groups-per-step", type=int, default=None, help="tasks per step (default 8; cpu 4)")
-    t.add_argument("--rollouts-per-group", type=int, default=None, help="answers per task; RULER ranks them together (default 8; cpu 4)")
-    t.add_argument("--learning-rate", type=float, default=None, help="default 1e-5; cpu 1e-4")
-    t.add_argument("--eval-every", type=int, default=10, help="validate every N steps, and at the end (default 10)")
-    t.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
-    t.add_argument("--max-tokens", type=int, default=None, help="completion length limit (default 1024; cpu 48)")
-    t.add_argument("--max-exceptions", type=float, default=0.1, help="fraction of rollouts that may fail per step (default 0.1)")
-    t.add_argument("--request-timeout", type=float, default=600.0, help="seconds one policy completion may take (default 600)")
-    t.add_argument("--context-tokens", type=int, default=None,
+    t.add_argument("--steps", type=flags.count(0), default=None, help="training steps in all, counting resumed ones (default 50; cpu 10)")
+    t.add_argument("--groups-per-step", type=flags.count(), default=None, help="tasks per step (default 8; cpu 4)")
+    t.add_argument("--rollouts-per-group", type=flags.count(2, " (RL compares answers within a group)"), default=None, help="answers per task; RULER ranks them together (default 8; cpu 4)")
+    t.add_argument("--learning-rate", type=flags.number(above=0), default=None, help="default 1e-5; cpu 1e-4")
+    t.add_argument("--eval-every", type=flags.count(), default=10, help="validate every N steps, and at the end (default 10)")
+    t.add_argument("--temperature", type=flags.number(minimum=0), default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
+    t.add_argument("--max-tokens", type=flags.count(), default=None, help="completion length limit (default 1024; cpu 48)")
+    t.add_argument("--max-exceptions", type=flags.number(minimum=0), default=0.1,
+                   help="rollouts that may fail per step: a fraction below 1, or a count (default 0.1)")
+    t.add_argument("--request-timeout", type=flags.number(above=0), default=600.0, help="seconds one policy completion may take (default 600)")
+    t.add_argument("--context-tokens", type=flags.count(), default=None,
                    help="model context; tasks whose prompt (estimated at 3 characters a token) plus --max-tokens "
                         "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 4096, bounding its memory)")
     t.add_argument("--run-name", type=flags.path_part, default=None, help="run to create or resume (default <skill>-<base model>)")
@@ -94,7 +95,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.steps == 0 and not args.sft:
+        p.error("argument --steps: 0 trains nothing; 0 is for a warm start alone (--sft)")
+    if args.context_tokens is not None and args.max_tokens is not None and args.context_tokens <= args.max_tokens:
+        p.error(f"--context-tokens {args.context_tokens} leaves no room for a prompt beside --max-tokens {args.max_tokens}")
+    return args
 
 
 def make_judge(args):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from . import cpu
+from . import cpu, flags
 from .cli import Exit
 
 
@@ -61,18 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "fitting a GPU (--backend local; --context-tokens, at most the model's context, is also the sequence "
         "length ART trains and serves with)")
-    g.add_argument("--gpu-memory", type=_fraction, default=None, metavar="F",
+    g.add_argument("--gpu-memory", type=flags.number(above=0, maximum=1), default=None, metavar="F",
                    help="share of GPU memory vLLM may take, in (0, 1] (default: vLLM's own); lower it if vLLM runs "
                         "out of memory at start-up")
     g.add_argument("--lora-rank", type=int, choices=LORA_RANKS, default=None,
                    help="LoRA rank (default: ART's, 8); --backend tinker too")
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
 
 
 # ------------------------------------------------------------------ choosing, before anything is spent

@@ -37,11 +37,12 @@ def count(minimum: int = 1, what: str = "") -> Callable[[str], int]:
 
 
 def number(minimum: float | None = None, maximum: float | None = None, above: float | None = None,
-           what: str = "") -> Callable[[str], float]:
-    """A finite number within [minimum, maximum], or > above; NaN and infinities never pass."""
+           below: float | None = None, what: str = "") -> Callable[[str], float]:
+    """A finite number within [minimum, maximum] (`above`, `below`: strict bounds); NaN and infinities never pass."""
     bounds = " and ".join(b for b in (f"at least {minimum:g}" if minimum is not None else "",
                                      f"above {above:g}" if above is not None else "",
-                                     f"at most {maximum:g}" if maximum is not None else "") if b)
+                                     f"at most {maximum:g}" if maximum is not None else "",
+                                     f"below {below:g}" if below is not None else "") if b)
 
     def parse(text: str) -> float:
         try:
@@ -49,7 +50,7 @@ def number(minimum: float | None = None, maximum: float | None = None, above: fl
         except ValueError:
             x = math.nan
         ok = math.isfinite(x) and (minimum is None or x >= minimum) and (maximum is None or x <= maximum) \
-            and (above is None or x > above)
+            and (above is None or x > above) and (below is None or x < below)
         if not ok:
             raise argparse.ArgumentTypeError(f"must be a finite number{' ' + bounds if bounds else ''}{what}, got {text!r}")
         return x
@@ -69,4 +70,16 @@ def url(text: str) -> str:
     """An http(s) URL; anything else would be sent somewhere the user did not mean."""
     if not re.fullmatch(r"https?://[^\s/?#]+\S*", text):
         raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL, got {text!r}")
+    return text
+
+
+def model_spec(text: str) -> str:
+    """A --model SPEC: ID, or label=ID@URL. An endpoint without http(s):// is refused: the model id would
+    take it in, and the request would go to the default provider instead."""
+    label, eq, rest = text.partition("=")
+    ident, at, where = (rest if eq else text).rpartition("@")
+    if at and re.search(r"[:/.]|^localhost", where) and not where.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"the endpoint after '@' must start with http:// or https://, got {text!r}")
+    if eq and not label.strip() or not (ident if at else where).strip():
+        raise argparse.ArgumentTypeError(f"expected ID or label=ID@URL, got {text!r}")
     return text

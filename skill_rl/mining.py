@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from . import flags
 from .diffs import Diff, parse_diff
 from .keys import redact
 from .skills import Skill, atomic_write, display, parse_task_line
@@ -95,8 +96,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("tasks from git history (--tasks-from-git; --out and --limit apply too)")
     g.add_argument("--tasks-from-git", metavar="REPO", help="mine tasks for --skill from this git repository's commits")
     g.add_argument("--rev", default="HEAD", metavar="RANGE", help="revision or range to walk, e.g. v1.0..main (default HEAD)")
-    g.add_argument("--val-fraction", type=float, default=0.2, help="share of commits (by a hash of the sha) put in val (default 0.2)")
-    g.add_argument("--max-diff-chars", type=int, default=12_000, help="skip commits whose diff is longer (default 12000)")
+    g.add_argument("--val-fraction", type=flags.number(minimum=0, below=1), default=0.2, help="share of commits (by a hash of the sha) put in val (default 0.2)")
+    g.add_argument("--max-diff-chars", type=flags.count(), default=12_000, help="skip commits whose diff is longer (default 12000)")
     g.add_argument("--force", action="store_true", help="replace --out when it exists")
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import flags
 from .cli import Exit
 from .evaluate import Endpoint, client, generate, parse_spec
 from .keys import redact
@@ -44,34 +45,8 @@ SOURCES = ("references", "teacher")
 SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return int(text)
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a reward between 0 and 1, got {text!r}")
-    return value
-
-
-def _learning_rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a learning rate between 0 and 1, got {text!r}")
-    return value
-
-
 def _batch_size(text: str) -> int | str:
-    return "auto" if text == "auto" else _count(text)
+    return "auto" if text == "auto" else flags.count()(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,12 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--sft-from", action="append", default=[], metavar="SOURCE",
                    help="references | teacher | FILE (JSONL of {task_id, output}); repeatable (default references)")
     w.add_argument("--teacher", metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
-    w.add_argument("--teacher-samples", type=_count, metavar="K", default=4, help="teacher outputs per train task; the best one is kept (default 4)")
-    w.add_argument("--teacher-temperature", type=float, metavar="T", default=1.0, help="teacher sampling temperature (default 1.0)")
-    w.add_argument("--teacher-min-reward", type=_fraction, metavar="R", default=DEFAULT_MIN_REWARD,
+    w.add_argument("--teacher-samples", type=flags.count(), metavar="K", default=4, help="teacher outputs per train task; the best one is kept (default 4)")
+    w.add_argument("--teacher-temperature", type=flags.number(minimum=0), metavar="T", default=1.0, help="teacher sampling temperature (default 1.0)")
+    w.add_argument("--teacher-min-reward", type=flags.number(minimum=0, maximum=1, what=" (a reward)"), metavar="R", default=DEFAULT_MIN_REWARD,
                    help=f"every SFT example, whatever its source, must score at least this reward (default {DEFAULT_MIN_REWARD})")
-    w.add_argument("--sft-epochs", type=_count, metavar="N", default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
-    w.add_argument("--sft-learning-rate", type=_learning_rate, metavar="LR", default=DEFAULT_LEARNING_RATE,
+    w.add_argument("--sft-epochs", type=flags.count(), metavar="N", default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
+    w.add_argument("--sft-learning-rate", type=flags.number(above=0, below=1), metavar="LR", default=DEFAULT_LEARNING_RATE,
                    help=f"default {DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default")
     w.add_argument("--sft-batch-size", type=_batch_size, metavar="N|auto", default="auto", help="examples per gradient step, or auto: the backend's default (default auto)")
 

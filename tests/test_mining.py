@@ -133,7 +133,10 @@ def repo(tmp_path_factory):
 def run(*argv) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as e:  # a flag refused as it is parsed
+            code = e.code
     return code, out.getvalue(), err.getvalue()
 
 

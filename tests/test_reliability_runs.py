@@ -66,3 +66,48 @@ def test_judge_explanations_and_kept_outputs_are_bounded(tmp_path, capsys):
     assert record["output_cut"] is True and 100_000 <= len(record["output"]) < 100_100
     assert len(record["judge"]) < 2 * 2_100  # two judged dimensions, 2,000 characters each at most
     assert (tmp_path / "eval" / "results.json").stat().st_size < 300_000
+
+
+# ------------------------------------------------------------------ flags, up front (class 9)
+
+BAD_FLAGS = [
+    ("--judge-attempts", "0"), ("--judge-attempts", "x"), ("--judge-timeout", "0"), ("--judge-timeout", "nan"),
+    ("--judge-timeout", "inf"), ("--limit", "0"), ("--samples", "0"), ("--concurrency", "0"), ("--steps", "0"),
+    ("--steps", "-3"), ("--groups-per-step", "0"), ("--rollouts-per-group", "1"), ("--learning-rate", "0"),
+    ("--learning-rate", "nan"), ("--learning-rate", "-1e-5"), ("--eval-every", "0"), ("--temperature", "-0.1"),
+    ("--temperature", "nan"), ("--max-tokens", "0"), ("--max-exceptions", "-0.1"), ("--max-exceptions", "nan"),
+    ("--request-timeout", "0"), ("--request-timeout", "-1"), ("--context-tokens", "0"), ("--seed", "x"),
+    ("--teacher-samples", "0"), ("--teacher-temperature", "nan"), ("--teacher-min-reward", "2"), ("--sft-epochs", "0"),
+    ("--sft-learning-rate", "nan"), ("--sft-batch-size", "0"), ("--val-fraction", "1"), ("--val-fraction", "nan"),
+    ("--max-diff-chars", "0"), ("--gpu-memory", "0"), ("--gpu-memory", "nan"), ("--lora-rank", "3"),
+    ("--model", "m=a@127.0.0.1:8000/v1"), ("--model", "m=a@localhost:8000"), ("--model", "=a"), ("--model", "m="),
+    ("--base-url", "127.0.0.1:8000/v1"), ("--judge-base-url", "localhost:8000"), ("--run-name", "a/b"),
+]
+
+
+@pytest.mark.parametrize("flag,value", BAD_FLAGS, ids=[f"{f} {v}" for f, v in BAD_FLAGS])
+def test_every_numeric_flag_and_endpoint_is_checked_before_any_work(tmp_path, capsys, monkeypatch, flag, value):
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAI() as server:
+        argv = ["--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}", "--judge", "none", "--out", "eval", flag, value]
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert not server.requests
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: argument {flag}"), err
+    assert not (tmp_path / "eval").exists()
+
+
+def test_context_tokens_must_leave_room_beside_max_tokens(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--skill", "git-commit", "--check", "--context-tokens", "1024", "--max-tokens", "1024"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--context-tokens" in err[0]
+
+
+@pytest.mark.parametrize("what", ["missing", "folder"])
+def test_score_on_a_missing_file_or_a_folder_exits_2(tmp_path, capsys, what):
+    target = tmp_path / "nope.jsonl" if what == "missing" else tmp_path
+    code = main(["--skill", "git-commit", "--score", str(target), "--judge", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"--score {target}" in err[0], err
