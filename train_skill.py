@@ -27,13 +27,13 @@ import math
 import os
 import random
 import re
-import signal
 import sys
 import time
 from pathlib import Path
 
 from skill_rl import backends, flags, keys, mining, warmstart
 from skill_rl.cli import Exit
+from skill_rl.runlock import RunLock, Stopper
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
 HERE = Path(__file__).resolve().parent
@@ -164,13 +164,12 @@ async def train(args, skill, judge, sft) -> int:
 
     backend = backends.make_backend(kind)
     model = backends.make_model(args, name=f"skill-{skill.name}")
+    lock = RunLock(Path(model._get_output_dir())).acquire()  # another process training this run: exit 2, naming it
     await backends.register(model, backend, kind)
     monitor = Monitor.resume(Path(model._get_output_dir()) / "history.jsonl")  # reward-hacking signs, per step
-    stop = asyncio.Event()
+    stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
+    stop = stopper.requested
     quiet_failed_rollouts(asyncio.get_running_loop())
-    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: (
-        stop.set(), print("\nCtrl-C: stopping after this step (press again to abort)", file=sys.stderr),
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)))
 
     def group_of(task, n):
         return art.TrajectoryGroup(
@@ -222,7 +221,7 @@ async def train(args, skill, judge, sft) -> int:
         val_results.append((step, groups))
         return mean
 
-    epochs = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks)))
+    epochs, step = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks))), 0
     try:
         warm = await warmstart.run(args, sft, model, scorer, train_tasks, stop)  # --sft: before the first RL step, once
         totals["warm_start_failures"] = warm.failures
@@ -238,13 +237,14 @@ async def train(args, skill, judge, sft) -> int:
             if not groups:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue
-            result = await backend.train(model, groups, learning_rate=args.learning_rate)
-            step = result.step
-            totals["steps"] += 1
-            m, (watch, warning) = step_means(groups), monitor.step(groups)
-            await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}, **watch,
-                                             **used.metrics("train")},
-                            step=step, split="train")
+            with stopper.shielded():  # a step is trained and logged whole, or not at all
+                result = await backend.train(model, groups, learning_rate=args.learning_rate)
+                step = result.step
+                totals["steps"] += 1
+                m, (watch, warning) = step_means(groups), monitor.step(groups)
+                await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}, **watch,
+                                                 **used.metrics("train")},
+                                step=step, split="train")
             print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
                   f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | rollout errors "
                   f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
@@ -255,8 +255,14 @@ async def train(args, skill, judge, sft) -> int:
         if not val_results or val_results[-1][0] != step:
             await validate(step)
         kept = await backends.keep_best_and_latest(model, step)  # ART's order: delete, then close
+    except asyncio.CancelledError:
+        if not stopper.aborted:
+            raise
+        raise Exit(1, f"stopped at once during step {step + 1}: nothing of it was trained; "
+                      f"the same command resumes at step {step + 1}") from None
     finally:
         await backend.close()
+        lock.release()
 
     if val_results:
         last_step, groups = val_results[-1]

@@ -28,6 +28,7 @@ from .keys import redact
 from .progress import bar
 from .records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from .reward import Judge, Scorer
+from .runlock import interrupted_as
 from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
 MAX_KEPT_OUTPUT = 100_000  # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
@@ -405,7 +406,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     except OSError as e:
         raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
     temperature = 0.0 if args.temperature is None else args.temperature
-    with f:
+    with f, interrupted_as(f"interrupted: every finished task is in {log}; the same command with --resume does the rest"):
         sink = Sink(f, f"--out {log}")
         result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
                                       max_tokens=args.max_tokens, concurrency=args.concurrency, done=done,

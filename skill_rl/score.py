@@ -20,6 +20,7 @@ from .cli import Exit
 from .progress import bar
 from .records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from .reward import Judge, Scorer
+from .runlock import interrupted_as
 from .skills import Skill, Task, atomic_write, read_jsonl
 
 
@@ -170,9 +171,11 @@ def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, re
     stdout = sys.stdout
     out = open(out_path, "a" if resume else "w") if out_path else stdout
     sys.stdout = sys.stderr  # while scoring, a stray print (a check's, a library's) never lands in the JSONL
+    where = f"--out {out_path}; the same command with --resume does the rest" if out_path else "the lines printed"
     try:
-        summary = asyncio.run(score_file(skill, path, judge, Sink(out, f"--out {out_path}" if out_path else "stdout"), skip=skip,
-                                         quiet=quiet))
+        with interrupted_as(f"interrupted: every group scored so far is in {where}"):
+            summary = asyncio.run(score_file(skill, path, judge, Sink(out, f"--out {out_path}" if out_path else "stdout"),
+                                             skip=skip, quiet=quiet))
     finally:
         sys.stdout = stdout
         if out_path:
