@@ -42,11 +42,11 @@ HERE = Path(__file__).resolve().parent
 def parse_args(argv=None) -> argparse.Namespace:
     p = flags.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_argument_group("skill")
-    s.add_argument("--skill", help="skill folder name under --skills-dir")
+    s.add_argument("--skill", type=flags.skill_name, help="skill folder name under --skills-dir")
     s.add_argument("--skills-dir", type=Path, default=None,
                    help="where skills live (default: ./skills if present, then the shipped skills; --init: ./skills)")
     s.add_argument("--list", action="store_true", help="list the skills with their descriptions")
-    s.add_argument("--init", metavar="NAME", help="start a new skill NAME from the template")
+    s.add_argument("--init", type=flags.skill_name, metavar="NAME", help="start a new skill NAME from the template")
     s.add_argument("--check", action="store_true", help="validate SKILL.md and tasks.jsonl, print a summary")
     s.add_argument("--score", type=Path, metavar="FILE", help="score the outputs in a JSONL file")
     s.add_argument("--eval", action="store_true", help="compare --model endpoints on the skill's held-out tasks")
@@ -286,6 +286,8 @@ def main(argv=None) -> int:
     load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
     keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")))
+    if argv is None:  # the command itself (script, -m, console script): redact until the process ends
+        keys.redact_process_output()
     with keys.redacted_output():  # whatever is printed from here on, by us or a library, names no key
         return run(args)
 
@@ -296,7 +298,7 @@ def run(args) -> int:
     try:
         if args.list:
             return cli.list_skills(skill_dirs(args.skills_dir))
-        if args.init:
+        if args.init is not None:
             return cli.init_skill(args.skills_dir or Path("skills"), args.init)  # the user's ./skills, never the install
         if not args.skill:
             raise Exit(2, "pass --skill NAME (see --list), or --list / --init NAME")
@@ -333,5 +335,4 @@ def run(args) -> int:
 
 
 if __name__ == "__main__":
-    keys.redact_process_output()
     sys.exit(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,10 @@ class Exit(Exception):
 
 
 def list_skills(skills_dirs: list[Path]) -> int:
+    for d in skills_dirs:
+        if not d.is_dir() or not os.access(d, os.R_OK | os.X_OK):
+            what = "is not a folder" if d.exists() and not d.is_dir() else "cannot be read" if d.exists() else "does not exist"
+            raise Exit(2, f"--skills-dir {d} {what}")
     console = Console()
     where = " then ".join(display(d) for d in skills_dirs)
     table = Table(title=literal(f"skills in {where}"))
@@ -45,13 +50,11 @@ def list_skills(skills_dirs: list[Path]) -> int:
 
 
 def init_skill(skills_dir: Path, name: str) -> int:
-    if not NAME_RE.match(name) or len(name) > 64:
-        print(f"error: skill name must be 1-64 characters of a-z, 0-9 and single '-', got {name!r}")
-        return 2
+    if not NAME_RE.fullmatch(name) or len(name) > 64:  # fullmatch: `$` would let "demo\n" through
+        raise Exit(2, f"a skill name is 1-64 characters of a-z, 0-9 and single '-', got {name!r}")
     folder = Path(skills_dir) / name
     if folder.exists():
-        print(f"error: {folder} already exists; pick another name")
-        return 2
+        raise Exit(2, f"{folder} already exists; pick another name")
     folder.mkdir(parents=True)
     title = name.replace("-", " ").capitalize()
     for src in TEMPLATE.iterdir():

@@ -119,10 +119,15 @@ def print_table(skill: Skill, rows: list[dict], title: str) -> None:
     console.print(table)
 
 
+def _md_cell(text: str) -> str:
+    """A table cell: `|` escaped and line breaks flattened, so that a label cannot add or break columns."""
+    return " ".join(clean(text).split()).replace("|", "\\|")
+
+
 def markdown_table(rows: list[dict]) -> str:
     head, body = _rows(rows)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(line) + " |" for line in body])
+    return "\n".join(lines + ["| " + " | ".join(map(_md_cell, line)) + " |" for line in body])
 
 
 def _chart_text(text: str) -> str:

@@ -83,3 +83,12 @@ def model_spec(text: str) -> str:
     if eq and not label.strip() or not (ident if at else where).strip():
         raise argparse.ArgumentTypeError(f"expected ID or label=ID@URL, got {text!r}")
     return text
+
+
+def skill_name(text: str) -> str:
+    """A skill's name (--skill, --init): one folder, by the Agent Skills naming rule."""
+    from .skills import NAME_RE
+
+    if not NAME_RE.fullmatch(text) or len(text) > 64:
+        raise argparse.ArgumentTypeError(f"a skill name is 1-64 characters of a-z, 0-9 and single '-', got {text!r}")
+    return text

@@ -131,7 +131,7 @@ def _litellm_params(judge: Judge) -> dict:
         params["client"] = AsyncOpenAI(
             base_url=judge.base_url or "https://api.openai.com/v1",
             api_key=api_key, max_retries=0, timeout=judge.timeout,
-            http_client=httpx.AsyncClient(transport=FenceTolerant(), timeout=judge.timeout),
+            http_client=httpx.AsyncClient(transport=FenceTolerant(), timeout=judge.timeout, follow_redirects=True),  # as openai's own
         )
         params["api_key"] = api_key
     else:  # any other LiteLLM provider: its own client, at --judge-base-url when given

@@ -21,7 +21,7 @@ from .progress import bar
 from .records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from .reward import Judge, Scorer
 from .runlock import interrupted_as
-from .skills import Skill, Task, atomic_write, read_jsonl
+from .skills import Skill, Task, atomic_write, no_duplicate_keys, read_jsonl
 
 
 class Item(BaseModel):
@@ -51,13 +51,20 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
     for n, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            item = Item.model_validate_json(raw)
+        try:  # parsed as tasks.jsonl is: a key given twice is an error, not "the last one wins"
+            item = Item.model_validate(json.loads(raw, object_pairs_hook=no_duplicate_keys))
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(p) for p in err["loc"])
             where = f"field '{loc}': " if loc else ""
             errors.append(f"{path}:{n}: {where}{err['msg'].removeprefix('Value error, ')}")
+            continue
+        except ValueError as e:  # not JSON, not UTF-8, or a duplicate key
+            col = f" at column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+            errors.append(f"{path}:{n}: " + (str(e) if "given twice" in str(e) else f"invalid JSON{col}: {getattr(e, 'msg', e)}"))
+            continue
+        except RecursionError:
+            errors.append(f"{path}:{n}: invalid JSON: nested too deeply")
             continue
         if item.task_id is not None:
             task = skill.task(item.task_id)

@@ -12,6 +12,7 @@ line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'tra
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
 import inspect
 import json
@@ -709,6 +710,9 @@ def find_skill(skills_dirs: Path | list[Path], name: str) -> Path:
     for d in dirs:
         if (Path(d) / name / "SKILL.md").exists():
             return Path(d) / name
-    names = ", ".join(p.name for p in list_skills(dirs)) or "none"
+    names = [p.name for p in list_skills(dirs)]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     where = " or ".join(display(d) for d in dirs)
-    raise SkillError([f"{where}: no skill named {name!r} (available: {names})"])
+    hint = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close
+            else f"--list shows the {len(names)} skill(s) there")
+    raise SkillError([f"{where}: no skill named {name!r}; {hint}"])

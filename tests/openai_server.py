@@ -27,7 +27,8 @@ FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "
           "out-of-range", "string-scores", "empty", "length", "refused",
           "401-echo",  # 401 quoting the caller's key in the body and in a header, as some providers do
           "echo",  # a normal answer that quotes the caller's key in its text and in a header
-          "trickle")  # a normal answer sent one byte every `trickle_delay` seconds
+          "trickle",  # a normal answer sent one byte every `trickle_delay` seconds
+          "redirect")  # 307 to /v1/redirected/..., which answers normally
 TOKEN = re.compile(r"\s*\S+|\s+")  # this server's tokens: words with the spaces before them
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
@@ -193,6 +194,8 @@ class FakeOpenAI:
                 time.sleep(server.judge_latency if is_judge else server.policy_latency)
                 key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
                 echo = {"X-Echo-Key": key} if fault in ("401-echo", "echo") else {}
+                if fault == "redirect" and "/redirected/" not in self.path:
+                    return self._send(307, {}, {"Location": self.path.replace("/v1/", "/v1/redirected/", 1)})
                 if fault == "401-echo":
                     return self._send(401, {"error": {"message": f"Incorrect API key provided: {key}", "type": "invalid_request_error",
                                                       "code": "invalid_api_key"}}, echo)

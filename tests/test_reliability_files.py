@@ -184,3 +184,32 @@ def test_eval_resume_refuses_records_of_another_command(tmp_path, capsys, change
         assert code == 2 and len(err) == 1 and "another command" in err[0] and "without --resume" in err[0], err
         assert len(a.requests) + len(b.requests) == requests
     assert (out / "records.jsonl").read_bytes() == before
+
+
+# ------------------------------------------------------------------ rough edges (class 11)
+
+
+def test_a_pipe_in_a_model_label_is_escaped_in_results_md(tmp_path, capsys):
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
+        assert run(capsys, "--skill", "git-commit", "--eval", "--model", f"a|b=m@{server.url}", "--judge", "none",
+                   "--limit", "1", "--out", str(tmp_path / "eval"))[0] == 0
+    table = [line for line in (tmp_path / "eval" / "results.md").read_text().splitlines() if line.startswith("|")]
+    assert "| a\\|b |" in table[2] and len({line.replace("\\|", "").count("|") for line in table}) == 1
+
+
+def test_a_duplicate_key_in_score_input_is_an_error_as_in_tasks_jsonl(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"input": "diff", "output": "fix: a", "output": "fix: b"}\n{"input": "diff", "output": "fix: c"}\n')
+    code, err = run(capsys, "--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(tmp_path / "o.jsonl"))
+    assert code == 1 and f"{src}:1: field 'output' is given twice" in err, err
+    assert [json.loads(line)["line"] for line in (tmp_path / "o.jsonl").read_text().splitlines()] == [2]
+
+
+def test_the_judge_follows_a_307_redirect_like_the_policy_client(tmp_path, capsys):
+    src = outputs(tmp_path / "in.jsonl", n=1)
+    with FakeOpenAI() as server:
+        server.always_fail_judge = "redirect"
+        code, err = run(capsys, "--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url,
+                        "--judge-api-key", "k", "--judge-attempts", "1", "--out", str(tmp_path / "o.jsonl"))
+    assert code == 0, err
+    assert all(json.loads(line)["judged"] for line in (tmp_path / "o.jsonl").read_text().splitlines())

@@ -110,3 +110,39 @@ def test_a_100000_deep_quote_is_reported_not_a_crash(tmp_path, capsys, monkeypat
     make(tmp_path, "name: demo\ndescription: d\n", ">" * 100_000 + " x\n\n" + BODY)
     code, err = lint(tmp_path, capsys)
     assert code == 2 and len(err) == 1 and "demo/SKILL.md:5: markdown nested too deeply" in err[0], err
+
+
+# ------------------------------------------------------------------ listing, finding and creating skills (class 11)
+
+
+@pytest.mark.parametrize("what", ["missing", "a file"])
+def test_list_on_a_skills_dir_that_is_not_a_folder_exits_2(tmp_path, capsys, what):
+    where = tmp_path / "nope"
+    if what == "a file":
+        where.write_text("not a folder\n")
+    code = main(["--skills-dir", str(where), "--list"])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and str(where) in err, err
+
+
+def test_an_unknown_skill_suggests_close_names_not_every_name(tmp_path, capsys):
+    for name in ("git-commit", "code-review", "release-notes", "changelog"):
+        make(tmp_path, f"name: {name}\ndescription: d\n", name=name)
+    code = main(["--skills-dir", str(tmp_path), "--skill", "git-comit", "--check"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "did you mean 'git-commit'?" in err[0] and "release-notes" not in err[0], err
+    code = main(["--skills-dir", str(tmp_path), "--skill", "zzz", "--check"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "--list" in err[0] and "release-notes" not in err[0], err
+
+
+@pytest.mark.parametrize("name", ["", "demo\n", "a/b", "../escape", "Demo", "-x"])
+def test_init_and_skill_refuse_names_outside_the_naming_rule(tmp_path, capsys, name):
+    for flag in ("--init", "--skill"):
+        try:
+            code = main(["--skills-dir", str(tmp_path), f"{flag}={name}"])
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        assert code == 2 and not out and "a-z, 0-9 and single '-'" in err and len(err.strip().splitlines()) == 1, (flag, err)
+    assert list(tmp_path.iterdir()) == []
