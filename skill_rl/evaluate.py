@@ -198,7 +198,7 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
 
 def spec_of(ep: Endpoint) -> str:
     """What a record says its model was: the id and the endpoint (never the key)."""
-    return f"{ep.model}@{ep.base_url or 'default'}"
+    return f"{ep.model}@{ep.base_url or 'default'}" + ("" if ep.with_skill else " without the skill")
 
 
 def complete(done: list[dict], samples: int) -> dict[str, dict[str, list[dict]]]:
