@@ -130,7 +130,7 @@ def trained_steps(tmp_path: Path) -> list[int]:
 
 def test_a_second_training_of_a_run_exits_2_naming_the_first_and_sigterm_stops_it_resumably(tmp_path):
     skills = small_git_commit(tmp_path, train=8, val=1)
-    with FakeOpenAI(policy_fn=lambda r: ANSWER, policy_latency=1.0) as server:  # a step takes a second or more
+    with FakeOpenAI(policy_fn=lambda r: ANSWER, policy_latency=0.6) as server:  # a step takes 0.6 s or more
         cmd, env = train_cmd(skills, server, "--steps", "12", "--run-name", "shared"), train_env(server)
         first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: trained_steps(tmp_path) == [1])
@@ -151,7 +151,7 @@ def test_a_second_training_of_a_run_exits_2_naming_the_first_and_sigterm_stops_i
 
 def test_a_killed_training_leaves_no_stale_lock_and_a_second_signal_abandons_the_step(tmp_path):
     skills = small_git_commit(tmp_path, train=8, val=1)
-    with FakeOpenAI(policy_fn=lambda r: ANSWER, policy_latency=1.0) as server:
+    with FakeOpenAI(policy_fn=lambda r: ANSWER, policy_latency=0.6) as server:
         cmd, env = train_cmd(skills, server, "--steps", "3", "--run-name", "shared"), train_env(server)
         killed = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: trained_steps(tmp_path) == [1])

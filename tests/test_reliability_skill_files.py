@@ -89,9 +89,8 @@ def test_one_bad_skill_never_hides_the_good_ones_from_list(tmp_path, capsys):
 
 def test_100000_headings_load_in_linear_time_and_are_not_misreported(tmp_path, capsys):
     make(tmp_path, "name: demo\ndescription: d\n", BODY + "".join(f"### note {i}\n" for i in range(100_000)))
-    code, err = lint(tmp_path, capsys, seconds=20)
-    assert code == 0, err[:3]
-    skill = load_skill(tmp_path / "demo")
+    with deadline(20, "loading"):  # minutes before: each heading looked at every later one
+        skill = load_skill(tmp_path / "demo")
     assert skill.steps == ("Read the question.", "Answer it.") and len(skill.sections) > 100_000
 
 
