@@ -29,7 +29,6 @@ file or a folder in Hugging Face format. Serve a checkpoint for `--eval` with
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import copy
@@ -49,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.util import find_spec
 from pathlib import Path
 
+from . import flags
 from .cli import Exit
 
 TINY_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -644,12 +644,12 @@ def serve_checkpoint(checkpoint: Path | None, base_model: str = TINY_MODEL, name
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Serve a --backend cpu checkpoint, and its base model as `base`, "
+    p = flags.Parser(description="Serve a --backend cpu checkpoint, and its base model as `base`, "
                                             "on an OpenAI-compatible endpoint for --eval.")
     p.add_argument("--checkpoint", type=Path, help="a checkpoint folder, or a run folder (its latest checkpoint)")
     p.add_argument("--base-model", default=TINY_MODEL, help=f"what the run trained (default {TINY_MODEL})")
     p.add_argument("--name", default="trained", help="the served name of the checkpoint (default trained)")
-    p.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default 8000)")
+    p.add_argument("--port", type=flags.count(1, maximum=65535), default=8000, help="port on 127.0.0.1 (default 8000)")
     args = p.parse_args(argv)
     quiet_threads()
     try:

@@ -26,11 +26,12 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def count(minimum: int = 1, what: str = "") -> Callable[[str], int]:
-    """A whole number >= `minimum` (`what` says why, e.g. "RL compares at least two answers")."""
+def count(minimum: int = 1, what: str = "", maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number >= `minimum` (and <= `maximum`); `what` says why, e.g. "RL compares answers"."""
     def parse(text: str) -> int:
-        if not re.fullmatch(r"\s*[+-]?\d+\s*", text) or int(text) < minimum:
-            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}{what}, got {text!r}")
+        if not re.fullmatch(r"\s*[+-]?\d{1,18}\s*", text) or not minimum <= int(text) <= (maximum or int(text)):
+            most = f" and at most {maximum}" if maximum is not None else ""
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {minimum}{most}{what}, got {text!r}")
         return int(text)
 
     return parse
