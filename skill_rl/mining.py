@@ -440,8 +440,11 @@ def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: flo
 
 
 def default_out(skill: Skill, repo: str) -> Path:
+    """Beside the skill's tasks; for a skill shipped inside an installed package, in the working
+    directory instead (never into site-packages)."""
     slug = re.sub(r"[^a-z0-9._-]+", "-", Path(repo).resolve().name.lower()).strip("-.") or "repo"
-    return skill.path / f"tasks-from-{slug}.jsonl"
+    installed = skill.path.resolve().is_relative_to(Path(__file__).resolve().parent)
+    return (Path.cwd() if installed else skill.path) / f"tasks-from-{slug}.jsonl"
 
 
 def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:

@@ -368,3 +368,18 @@ if __name__ == "__main__":  # python tests/test_mining.py DIR: the scripted repo
     import sys
 
     print(f"built {build(Path(sys.argv[1])).path} with 29 commits")
+
+
+def test_default_out_never_writes_into_an_installed_package(tmp_path, monkeypatch):
+    """A skill found in the package (a wheel's shipped skills) gets its mined file in the working
+    directory; a skill in a skills folder gets it beside its tasks."""
+    import skill_rl
+    from types import SimpleNamespace
+
+    from skill_rl.mining import default_out
+
+    monkeypatch.chdir(tmp_path)
+    shipped = SimpleNamespace(path=Path(skill_rl.__file__).parent / "shipped_skills" / "git-commit")
+    assert default_out(shipped, "/x/My Repo") == tmp_path / "tasks-from-my-repo.jsonl"
+    mine = SimpleNamespace(path=tmp_path / "skills" / "git-commit")
+    assert default_out(mine, "/x/My Repo") == tmp_path / "skills" / "git-commit" / "tasks-from-my-repo.jsonl"
