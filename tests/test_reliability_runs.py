@@ -48,7 +48,7 @@ def test_training_request_timeout_bounds_a_policy_that_trickles(tmp_path):
     skills = small_git_commit(tmp_path, train=4, val=1)
     with FakeOpenAI(policy_fn=lambda r: ANSWER, trickle_delay=0.008) as server:
         server.policy_faults.append("trickle")
-        run = subprocess.run(train_cmd(skills, server, "--steps", "1", "--request-timeout", "3", "--max-exceptions", "0.5"),
+        run = subprocess.run(train_cmd(skills, server, "--steps", "1", "--request-timeout", "6", "--max-exceptions", "0.5"),
                              cwd=tmp_path, env=train_env(server), capture_output=True, text=True, timeout=120)
     assert "rollout errors 1 |" in run.stdout, run.stdout[-1500:] + run.stderr[-1500:]  # a whole answer takes ~50 s
 
