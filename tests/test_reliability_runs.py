@@ -134,6 +134,7 @@ def test_a_second_training_of_a_run_exits_2_naming_the_first_and_sigterm_stops_i
         cmd, env = train_cmd(skills, server, "--steps", "12", "--run-name", "shared"), train_env(server)
         first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: trained_steps(tmp_path) == [1])
+        server.policy_latency = 5.0  # steps of 5 s or more: the first is still training when the second has started
         second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and f"(PID {first.pid})" in second.stderr, second.stderr[-1500:]
         assert len(second.stderr.strip().splitlines()) == 1
