@@ -68,7 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     e.add_argument("--base-url", type=flags.url, default=None, help="default endpoint for --model (env OPENAI_BASE_URL)")
     e.add_argument("--api-key", default=None, help="key for --base-url (env OPENAI_API_KEY)")
     e.add_argument("--split", choices=("train", "val", "all"), default="val", help="tasks to evaluate on (default val)")
-    e.add_argument("--limit", type=flags.count(), default=None, help="--eval: the first N tasks only; --tasks-from-git: the newest N commits of --rev")
+    e.add_argument("--limit", type=flags.count(), default=None, help="--eval: the first N tasks only; training: validate on the first N val tasks (default all; cpu 6); "
+                        "--tasks-from-git: the newest N commits of --rev")
     e.add_argument("--samples", type=flags.count(), default=1, help="outputs per model per task (default 1)")
     e.add_argument("--concurrency", type=flags.count(), default=8, help="requests in flight per model (default 8)")
     e.add_argument("--baseline", action="store_true", help="also score each model without the SKILL.md, in the same judge groups")
@@ -79,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--steps", type=flags.count(0), default=None, help="training steps in all, counting resumed ones (default 50; cpu 10)")
     t.add_argument("--groups-per-step", type=flags.count(), default=None, help="tasks per step (default 8; cpu 4)")
     t.add_argument("--rollouts-per-group", type=flags.count(2, " (RL compares answers within a group)"), default=None, help="answers per task; RULER ranks them together (default 8; cpu 4)")
-    t.add_argument("--learning-rate", type=flags.number(above=0), default=None, help="default 1e-5; cpu 1e-4")
+    t.add_argument("--learning-rate", type=flags.number(above=0), default=None, help="default 1e-5; cpu 3e-4")
     t.add_argument("--eval-every", type=flags.count(), default=10, help="validate every N steps, and at the end (default 10)")
     t.add_argument("--temperature", type=flags.number(minimum=0), default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
     t.add_argument("--max-tokens", type=flags.count(), default=None, help="completion length limit (default 1024; cpu 48)")
@@ -154,7 +155,7 @@ async def train(args, skill, judge, sft) -> int:
     from skill_rl.reward import Scorer
     from skill_rl.rollout import quiet_failed_rollouts, rollout, score_group
 
-    train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val"), args)
+    train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val")[:args.limit], args)
     if not train_tasks:
         raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
     random.Random(args.seed).shuffle(train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
@@ -217,12 +218,15 @@ async def train(args, skill, judge, sft) -> int:
         reward_plot(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
-        print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}")
+        print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}"
+              + (" | the base model, before the warm start" if step == 0 else ""), flush=True)
         val_results.append((step, groups))
         return mean
 
     epochs, step = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks))), 0
     try:
+        if sft and await model.get_step() == 0 and not (model.read_state() or {}).get(warmstart.STATE_KEY):
+            await validate(0)  # the base model, to see what the warm start does
         warm = await warmstart.run(args, sft, model, scorer, train_tasks, stop)  # --sft: before the first RL step, once
         totals["warm_start_failures"] = warm.failures
         step, last = await model.get_step(), args.steps + warm.steps  # the warm start's checkpoints count as steps
@@ -318,8 +322,10 @@ def run(args) -> int:
             from skill_rl import evaluate
 
             return evaluate.run(skill, args, make_judge(args))
-        sft = warmstart.prepare(args, skill)  # --sft flags and files: every problem, before anything runs
-        plan = backends.plan(args, len(skill.split("val")))  # no way to train, or a base model the backend refuses: exit 2
+        by_default = args.sft is None
+        backends.fill_defaults(args, backends.pick_backend(args.backend)[0], skill)  # --backend cpu warm-starts by default
+        sft = warmstart.prepare(args, skill, by_default)  # --sft flags and files: every problem, before anything runs
+        plan = backends.plan(args, skill)  # no way to train, or a base model the backend refuses: exit 2
         args.backend, args.base_model = plan.kind, plan.base_model
         judge = make_judge(args)
         args.run_name = args.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', args.base_model.split('/')[-1].lower())}"

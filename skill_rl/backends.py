@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from . import cpu, flags
+from . import cpu, flags, warmstart
 from .cli import Exit
 
 
@@ -50,7 +50,7 @@ BASE_MODEL_HELP = ("model to train (default Qwen/Qwen2.5-3B-Instruct; with --bac
                    f"with --backend cpu {cpu.TINY_MODEL}, a .gguf file or a local Hugging Face folder)")
 # The training flags left out take these; --backend cpu takes cpu.DEFAULTS, a short run on CPU.
 TRAIN_DEFAULTS = {"steps": 50, "groups_per_step": 8, "rollouts_per_group": 8, "max_tokens": 1024,
-                  "learning_rate": 1e-5, "context_tokens": 32768}
+                  "learning_rate": 1e-5, "context_tokens": 32768, "sft": False, "sft_learning_rate": warmstart.DEFAULT_LEARNING_RATE}
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
           "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
 LORA_RANKS = (8, 16, 32, 64, 128)
@@ -86,16 +86,16 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan(args, val_tasks: int = 0) -> Plan:
+def plan(args, skill=None) -> Plan:
     """Resolve --backend, --base-model and the training flags left out (see fill_defaults), or exit 2 with
-    what to do; starts nothing and spends nothing. `val_tasks` sizes the CPU rehearsal's time estimate."""
+    what to do; starts nothing and spends nothing. The skill's tasks size the CPU rehearsal's time estimate."""
     kind, why = pick_backend(args.backend)
     base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
-    fill_defaults(args, kind)
+    fill_defaults(args, kind, skill)
     if kind == "cpu":
         if args.gpu_memory is not None or args.lora_rank is not None:
             raise Exit(2, f"--gpu-memory and --lora-rank have no effect on --backend cpu (LoRA rank {cpu.LORA['r']}); leave them out")
-        return Plan(kind, base_model, why, cpu.rehearsal(args, base_model, val_tasks))
+        return Plan(kind, base_model, why, cpu.rehearsal(args, base_model, *(len(skill.split(s)) if skill else 0 for s in ("val", "train"))))
     if kind == "local":
         _check_local()
     elif kind == "serverless":
@@ -107,8 +107,11 @@ def plan(args, val_tasks: int = 0) -> Plan:
     return Plan(kind, base_model, why)
 
 
-def fill_defaults(args, kind: str | None) -> None:
-    """The training flags left out, for the backend that runs (None: a command that does not train)."""
+def fill_defaults(args, kind: str | None, skill=None) -> None:
+    """The training flags left out, for the backend that runs (None: a command that does not train).
+    The CPU's default warm start needs references, unless --sft-from names another source."""
+    if kind == "cpu" and getattr(args, "sft", False) is None and skill and not args.sft_from:
+        args.sft = any(t.reference for t in skill.split("train"))
     for key, value in (cpu.DEFAULTS if kind == "cpu" else TRAIN_DEFAULTS).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -295,10 +298,11 @@ def best_step(history: Path, metric: str = "val/reward") -> tuple[int, float] | 
     """ART's rule (art/model.py:1681-1691): the step whose rows have the highest mean `metric`.
 
     On equal means ART's pick is arbitrary (a polars group_by, then an unstable sort); this takes the
-    latest of them, and keep_best_and_latest hands the pick to the backend so that the printed step is kept."""
+    latest of them, and keep_best_and_latest hands the pick to the backend so that the printed step is kept.
+    Step 0 (the base model's validation before a warm start) is no checkpoint, so never the pick."""
     sums: dict[int, list[float]] = {}
     for row in _rows(history):
-        if isinstance(row.get(metric), (int, float)) and isinstance(row.get("step"), int):
+        if isinstance(row.get(metric), (int, float)) and isinstance(row.get("step"), int) and row["step"] > 0:
             sums.setdefault(row["step"], []).append(float(row[metric]))
     means = {step: sum(v) / len(v) for step, v in sums.items()}
     return max(means.items(), key=lambda kv: (kv[1], kv[0])) if means else None

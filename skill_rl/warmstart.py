@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import flags
+from . import cpu, flags
 from .cli import Exit
 from .evaluate import Endpoint, client, generate, parse_spec
 from .keys import redact
@@ -51,7 +51,9 @@ def _batch_size(text: str) -> int | str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     w = parser.add_argument_group("warm start (--sft): supervised fine-tuning before the first RL step")
-    w.add_argument("--sft", action="store_true", help="fine-tune on good outputs before RL; once per run (recorded in its state)")
+    w.add_argument("--sft", action=argparse.BooleanOptionalAction, default=None,
+                   help="fine-tune on good outputs before RL; once per run, recorded in its state (default off; "
+                        "--backend cpu: on, since its tiny base model never writes a skill's format)")
     w.add_argument("--sft-from", action="append", default=[], metavar="SOURCE",
                    help="references | teacher | FILE (JSONL of {task_id, output}); repeatable (default references)")
     w.add_argument("--teacher", metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
@@ -60,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--teacher-min-reward", type=flags.number(minimum=0, maximum=1, what=" (a reward)"), metavar="R", default=DEFAULT_MIN_REWARD,
                    help=f"every SFT example, whatever its source, must score at least this reward (default {DEFAULT_MIN_REWARD})")
     w.add_argument("--sft-epochs", type=flags.count(), metavar="N", default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
-    w.add_argument("--sft-learning-rate", type=flags.number(above=0, below=1), metavar="LR", default=DEFAULT_LEARNING_RATE,
-                   help=f"default {DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default")
+    w.add_argument("--sft-learning-rate", type=flags.number(above=0, below=1), metavar="LR", default=None,
+                   help=f"default {DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default; --backend cpu {cpu.DEFAULTS['sft_learning_rate']:g}")
     w.add_argument("--sft-batch-size", type=_batch_size, metavar="N|auto", default="auto", help="examples per gradient step, or auto: the backend's default (default auto)")
 
 
@@ -124,16 +126,17 @@ class Plan:
     sources: list[str]
     teacher: Endpoint | None = None
     from_files: list[Example] = field(default_factory=list)
+    by_default: bool = False  # the backend's default (--backend cpu), not --sft: a run trained without one stays so
 
 
-def prepare(args, skill: Skill) -> Plan | None:
+def prepare(args, skill: Skill, by_default: bool = False) -> Plan | None:
     """Check the warm-start flags and read every `--sft-from FILE`; raise SkillError listing every problem."""
     problems: list[str] = []
     if not args.sft:
         if args.sft_from or args.teacher:
             raise SkillError(["error: --sft-from and --teacher apply only with --sft"])
         return None
-    plan = Plan(sources=list(dict.fromkeys(args.sft_from or ["references"])))
+    plan = Plan(sources=list(dict.fromkeys(args.sft_from or ["references"])), by_default=by_default)
     if args.backend == "tinker":
         problems.append("error: --sft: ART 0.5.23's Tinker backend cannot fine-tune (its train_sft raises NotImplementedError); use --backend local or serverless")
     if "teacher" in plan.sources:
@@ -356,6 +359,8 @@ async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: a
             print(f"warm start: done earlier in this run ({state['examples']} examples, {state['epochs']} epoch(s)); not again")
         return Outcome(steps=state["step"] - state["start_step"])
     path, failures = Path(model._get_output_dir()) / EXAMPLES_FILE, 0
+    if state is None and plan.by_default and step > 0:  # a run begun with --no-sft, or before the default
+        return Outcome()
     if state is None:
         records, state, failures = await _begin(args, plan, model, scorer, tasks, path)
     else:

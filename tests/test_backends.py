@@ -210,6 +210,15 @@ def test_on_a_tie_the_printed_best_step_is_the_one_kept(tmp_path):
     assert kept.best[0] == 2 and kept_steps(model) == {2, 3}  # ART's own pick among 1 and 2 varies from call to call
 
 
+def test_the_base_models_validation_at_step_0_is_never_the_best_checkpoint(tmp_path):
+    async def go():  # a warm start's run validates the base model first; it has no checkpoint to keep
+        model = await _trained(tmp_path, "base-best", [(0, 0.9), (1, 0.4), (2, 0.3)])
+        return model, await backends.keep_best_and_latest(model, await model.get_step())
+
+    model, kept = asyncio.run(go())
+    assert kept.best == (1, pytest.approx(0.4)) and kept_steps(model) == {1, 2} and kept.served_as == "skill-x@1"
+
+
 def test_the_end_of_a_run_says_how_to_use_the_model_on_each_backend(tmp_path):
     args = parse_args(["--skill", "s", "--base-model", "Qwen/Qwen2.5-3B-Instruct", "--lora-rank", "32"])
     where = (tmp_path / "run").resolve()

@@ -85,7 +85,7 @@ def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp
     skills = shout_skill(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    assert train_skill.main(["--skills-dir", str(skills), "--steps", "1", *TINY_RUN]) == 0
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "1", "--no-sft", *TINY_RUN]) == 0
     out = capsys.readouterr().out
     assert "backend cpu: a rehearsal" in out and "starting at step 0 of 1 on backend cpu" in out
     run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
@@ -96,8 +96,9 @@ def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp
     assert math.isfinite(trained[0]["loss/train"]) and trained[0]["loss/grad_norm"] > 0
     assert any("val/reward" in h for h in history(run_dir))
 
+    # resumed without --no-sft: the CPU's default warm start does not apply to a run that has RL steps already
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "2", *TINY_RUN]) == 0
-    assert "starting at step 1 of 2 on backend cpu" in capsys.readouterr().out
+    assert "starting at step 1 of 2 on backend cpu" in capsys.readouterr().out and not (run_dir / "warmstart.jsonl").exists()
     import torch
 
     optimizer = torch.load(run_dir / "checkpoints" / "0002" / "optimizer.pt", weights_only=True)
@@ -122,10 +123,34 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "0", "--sft", *TINY_RUN]) == 0
+    out = capsys.readouterr().out
+    assert "a supervised warm start (1 epoch(s) at 0.001)" in out  # the CPU's own rate, not ART's 5e-5
     run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
     assert any(float(v.abs().max()) > 0 for v in lora_b(run_dir / "checkpoints" / "0001").values())
     sft = [h for h in history(run_dir) if "loss/train" in h]
     assert sft and all(math.isfinite(h["loss/train"]) and h["loss/train"] > 0 for h in sft)
+    assert {h["step"] for h in history(run_dir) if "val/reward" in h} == {0, 1}  # the base model, then the warm start
+    assert "the base model, before the warm start" in out and "best validation reward" in out and "at step 1" in out
+
+
+def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tmp_path):
+    import train_skill
+    from skill_rl import backends
+    from skill_rl.skills import load_skill
+
+    with_refs = load_skill(shout_skill(tmp_path / "a") / "shout")
+    plain = shout_skill(tmp_path / "b") / "shout"
+    rows = (plain / "tasks.jsonl").read_text().splitlines()
+    (plain / "tasks.jsonl").write_text("".join(json.dumps({k: v for k, v in json.loads(r).items() if k != "reference"}) + "\n" for r in rows))
+    for skill, flags, expected in ((with_refs, [], True), (load_skill(plain), [], False), (with_refs, ["--no-sft"], False),
+                                   (load_skill(plain), ["--sft-from", "out.jsonl"], True)):
+        args = train_skill.parse_args(["--skill", "shout", "--backend", "cpu", *flags])
+        backends.fill_defaults(args, "cpu", skill)
+        assert args.sft is expected, (skill.path, flags)
+        assert args.sft_learning_rate == cpu.DEFAULTS["sft_learning_rate"] and args.limit == cpu.DEFAULTS["limit"]
+    args = train_skill.parse_args(["--skill", "shout", "--backend", "local"])
+    backends.fill_defaults(args, "local", with_refs)
+    assert args.sft is False and args.limit is None and args.sft_learning_rate == 5e-5  # the GPU path is unchanged
 
 
 def test_the_server_returns_the_token_ids_and_logprobs_art_trains_on(tmp_path):

@@ -168,7 +168,7 @@ def test_bad_sft_file_lines_are_reported_by_line_and_nothing_runs(capsys, skills
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--sft-from", "references"], "--sft-from and --teacher apply only with --sft"),
+    (["--no-sft", "--sft-from", "references"], "--sft-from and --teacher apply only with --sft"),
     (["--sft", "--sft-from", "teacher"], "--sft-from teacher needs --teacher SPEC"),
     (["--sft", "--teacher", "gpt"], "--teacher is used only with --sft-from teacher"),
     (["--sft", "--backend", "tinker"], "Tinker backend cannot fine-tune"),
