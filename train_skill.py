@@ -323,9 +323,13 @@ def run(args) -> int:
 
             return evaluate.run(skill, args, make_judge(args))
         by_default = args.sft is None
-        backends.fill_defaults(args, backends.pick_backend(args.backend)[0], skill)  # --backend cpu warm-starts by default
+        try:
+            picked = backends.pick_backend(args.backend)
+        except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
+            picked = None
+        backends.fill_defaults(args, picked and picked[0], skill)  # --backend cpu warm-starts by default
         sft = warmstart.prepare(args, skill, by_default)  # --sft flags and files: every problem, before anything runs
-        plan = backends.plan(args, skill)  # no way to train, or a base model the backend refuses: exit 2
+        plan = backends.plan(args, skill, picked)  # no way to train, or a base model the backend refuses: exit 2
         args.backend, args.base_model = plan.kind, plan.base_model
         judge = make_judge(args)
         args.run_name = args.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', args.base_model.split('/')[-1].lower())}"

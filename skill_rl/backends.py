@@ -86,10 +86,11 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan(args, skill=None) -> Plan:
-    """Resolve --backend, --base-model and the training flags left out (see fill_defaults), or exit 2 with
-    what to do; starts nothing and spends nothing. The skill's tasks size the CPU rehearsal's time estimate."""
-    kind, why = pick_backend(args.backend)
+def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
+    """Resolve --backend (unless `picked` is pick_backend's answer already), --base-model and the training flags
+    left out (see fill_defaults), or exit 2 with what to do; starts nothing and spends nothing. The skill's
+    tasks size the CPU rehearsal's time estimate."""
+    kind, why = picked or pick_backend(args.backend)
     base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
     fill_defaults(args, kind, skill)
     if kind == "cpu":

@@ -178,6 +178,22 @@ def test_warm_start_flags_that_cannot_work_exit_2_before_anything_runs(capsys, s
     assert code == 2 and message in capsys.readouterr().err and not Path(".art").exists()
 
 
+def test_warm_start_flag_problems_are_reported_even_where_there_is_no_way_to_train(capsys, skills, monkeypatch):
+    from skill_rl import cpu
+
+    if Path("/proc/driver/nvidia").exists():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setattr(cpu, "available", lambda: False)  # no [cpu] extra, no GPU, no key: --backend auto has nothing
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    for key in ("WANDB_API_KEY", "TINKER_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--judge", "none", "--sft", "--sft-from", "teacher"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--sft-from teacher needs --teacher SPEC" in err and "no way to train" not in err
+    code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--judge", "none", "--sft"])
+    assert code == 2 and "no way to train was found" in capsys.readouterr().err and not Path(".art").exists()
+
+
 def test_references_source_without_references_exits_2(capsys, tmp_path, monkeypatch):
     folder = small_git_commit(tmp_path / "plain", train=2, val=1)
     monkeypatch.chdir(tmp_path)
