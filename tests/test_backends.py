@@ -234,3 +234,7 @@ def test_the_end_of_a_run_says_how_to_use_the_model_on_each_backend(tmp_path):
     assert name == "wandb-artifact:///me/p/run:step3" and any(name in line and "api.training.wandb.ai" in line for line in lines)
     tinker = backends.ending_lines("tinker", args, "skill-s", backends.Kept(where, 5, (3, 0.7), "skill-s@3", None))
     assert any(f"{where}/checkpoints/0003/info.yaml" in line for line in tinker)
+    on_cpu = "\n".join(backends.ending_lines("cpu", args, "skill-s", backends.Kept(where, 5, (3, 0.7), "skill-s@3", None)))
+    assert f"--checkpoint {where}/checkpoints/0003 --base-model Qwen/Qwen2.5-3B-Instruct" in on_cpu
+    stopped = "\n".join(backends.ending_lines("cpu", args, "skill-s", backends.Kept(where, 0, None, "skill-s@0", None)))
+    assert "--checkpoint" not in stopped and "nothing was trained" in stopped  # stopped before a step: no folder 0000
