@@ -23,3 +23,9 @@ def clean(text: object) -> str:
 def literal(text: object, style: str = "") -> Text:
     """`text` for a rich table cell, title or print: never interpreted as markup."""
     return Text(clean(text), style=style)
+
+
+def chart_text(text: object) -> str:
+    """A label or title as matplotlib draws it literally: `$` would start mathtext, a leading `_` hides it from the legend."""
+    text = clean(text).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text

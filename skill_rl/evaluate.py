@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .cli import Exit
-from .console import clean
+from .console import chart_text, clean
 from .keys import redact
 from .progress import bar
 from .records import Sink, digest, prepare_folder, refuse_foreign, skill_files
@@ -130,10 +130,6 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(_md_cell, line)) + " |" for line in body])
 
 
-def _chart_text(text: str) -> str:
-    """A label as matplotlib draws it literally: `$` would start mathtext, a leading `_` hides it from the legend."""
-    text = clean(text).replace("$", r"\$")
-    return " " + text if text.startswith("_") else text
 
 
 def bar_chart(rows: list[dict], path: Path, title: str) -> None:
@@ -146,12 +142,12 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     width = 0.8 / max(1, len(rows))
     fig, ax = plt.subplots(figsize=(8, 4))
     for i, r in enumerate(rows):
-        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=_chart_text(r["model"]),
+        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=chart_text(r["model"]),
                hatch="//" if r.get("baseline") else None)
     ax.set_xticks([c + width * (len(rows) - 1) / 2 for c in range(len(cols))], cols)
     ax.set_ylim(0, 1)
     ax.set_ylabel("mean score")
-    ax.set_title(_chart_text(title))
+    ax.set_title(chart_text(title))
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .console import chart_text
 from .skills import DIMENSIONS
 
 PLOT_NAME = "rewards.png"
@@ -48,7 +49,7 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
                     ha="center", color="tab:red")
         ax.plot([step], [best], "*", ms=14, color="tab:red")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(xlabel="step", ylabel="mean score", ylim=(0, 1.08), title=title or "rewards")
+    ax.set(xlabel="step", ylabel="mean score", ylim=(0, 1.08), title=chart_text(title) if title else "rewards")
     ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
     path = Path(run_dir) / PLOT_NAME

@@ -20,3 +20,9 @@ def test_the_plot_holds_every_logged_step_and_skips_a_torn_line(tmp_path):
 
 def test_no_history_yet_draws_nothing(tmp_path):
     assert reward_plot(tmp_path) is None and not (tmp_path / "rewards.png").exists()
+
+
+def test_a_run_name_with_dollar_signs_is_drawn_literally_not_as_mathtext(tmp_path):
+    (tmp_path / "history.jsonl").write_text(json.dumps({"step": 1, "train/reward": 0.5}) + "\n")
+    path = reward_plot(tmp_path, "git-commit: run$\\frac{$x_")  # unbalanced mathtext: matplotlib would raise drawing it
+    assert path.read_bytes()[:8] == PNG
