@@ -130,8 +130,6 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(_md_cell, line)) + " |" for line in body])
 
 
-
-
 def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
