@@ -34,14 +34,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import cpu, flags
 from .cli import Exit
 from .evaluate import Endpoint, client, generate, parse_spec
-from .keys import redact
-from .skills import Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display
+from .keys import MASK, redact
+from .skills import MAX_LINE_CHARS, Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display, show
 
 STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
 EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder
 DEFAULT_MIN_REWARD = 0.8
 DEFAULT_LEARNING_RATE = 5e-5  # art.types.TrainSFTConfig.learning_rate in ART 0.5.23
 SOURCES = ("references", "teacher")
+MAX_FILE_BYTES = 256 * 2**20  # an --sft-from file: thousands of examples fit in far less
 SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
 
 
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--backend cpu: on, since its tiny base model never writes a skill's format)")
     w.add_argument("--sft-from", action="append", default=[], metavar="SOURCE",
                    help="references | teacher | FILE (JSONL of {task_id, output}); repeatable (default references)")
-    w.add_argument("--teacher", metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
+    w.add_argument("--teacher", type=flags.model_spec, metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
     w.add_argument("--teacher-samples", type=flags.count(), metavar="K", default=4, help="teacher outputs per train task; the best one is kept (default 4)")
     w.add_argument("--teacher-temperature", type=flags.number(minimum=0), metavar="T", default=1.0, help="teacher sampling temperature (default 1.0)")
     w.add_argument("--teacher-min-reward", type=flags.number(minimum=0, maximum=1, what=" (a reward)"), metavar="R", default=DEFAULT_MIN_REWARD,
@@ -85,15 +86,37 @@ class Example(BaseModel):
     judged: bool | None = None
 
 
-def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example]:
-    """Every valid line of an SFT file; one message per bad line in `problems`."""
+def _lines(path: Path, problems: list[str]):
+    """(line number, bytes) of a file read line by line, at most MAX_LINE_CHARS a line and MAX_FILE_BYTES in
+    all: a longer line is one problem and is skipped; past the file's bound nothing more is read (/dev/zero)."""
     try:
-        data = path.read_bytes()
+        f = path.open("rb")
     except OSError as e:
         problems.append(_problem(path, None, f"cannot read file: {e.strerror}"))
-        return []
-    out = []
-    for n, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        return
+    with f:
+        total, n, too_long = 0, 0, False
+        while total <= MAX_FILE_BYTES:
+            raw = f.readline(MAX_LINE_CHARS + 1)
+            if not raw:
+                return
+            total += len(raw)
+            if too_long:  # the rest of a line already reported
+                too_long = not raw.endswith(b"\n")
+                continue
+            n += 1
+            if len(raw.rstrip(b"\r\n")) > MAX_LINE_CHARS:
+                problems.append(_problem(path, n, f"line is longer than {MAX_LINE_CHARS:,} bytes"))
+                too_long = not raw.endswith(b"\n")
+                continue
+            yield n, raw.removeprefix(b"\xef\xbb\xbf") if n == 1 else raw
+        problems.append(_problem(path, n, f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
+
+
+def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example]:
+    """Every valid line of an SFT file; one message per bad line in `problems`."""
+    out, by_id = [], {t.id: t for t in skill.tasks}
+    for n, raw in _lines(path, problems):
         if not raw.strip():
             continue
         try:
@@ -109,11 +132,11 @@ def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example
         except ValidationError as e:
             problems.extend(_pydantic_problems(path, e, lambda loc: n))
             continue
-        task = skill.task(ex.task_id)
+        task = by_id.get(ex.task_id)
         if task is None:
-            problems.append(_problem(path, n, f"field 'task_id' {ex.task_id!r} is not in {display(skill.path / 'tasks.jsonl')}"))
+            problems.append(_problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.path / 'tasks.jsonl')}"))
         elif task.split != "train":
-            problems.append(_problem(path, n, f"field 'task_id' {ex.task_id!r} is a {task.split} task; only train tasks may reach SFT"))
+            problems.append(_problem(path, n, f"field 'task_id' {show(ex.task_id)} is a {task.split} task; only train tasks may reach SFT"))
         else:
             out.append(ex)
     return out
@@ -160,6 +183,13 @@ def prepare(args, skill: Skill, by_default: bool = False) -> Plan | None:
 # ------------------------------------------------------------------ candidates, scored
 
 
+def quotes_key(output: str, source: str) -> bool:
+    """Whether an output quotes one of this process's keys, or (from a file or the teacher, whose answers are
+    redacted as they arrive) holds the mask `***` that stands for one: a masked example would teach the model
+    to write `***`, and the unmasked one would put the key in the model and in ART's logs."""
+    return redact(output) != output or (source != "reference" and MASK in output)
+
+
 @dataclass
 class Candidate:
     output: str
@@ -190,6 +220,9 @@ async def candidates(args, plan: Plan, skill: Skill, tasks: list[Task], counts: 
             counts["too long"] += 1
             return
         counts[source] += 1
+        if quotes_key(output, source):  # never scored (the judge would read it), never trained on, never written
+            counts["quoting an API key"] += 1
+            return
         same = next((c for c in by_task[task_id] if c.output.strip() == output.strip()), None)
         if same:
             counts["duplicates"] += 1
@@ -227,7 +260,7 @@ def select(cands: list[Candidate], min_reward: float, counts: dict) -> list[Cand
 
 async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dict], int]:
     """The kept examples as records (task order), and the number of failures (teacher tasks, judge groups)."""
-    counts = dict.fromkeys(("reference", "file", "teacher", "duplicates", "too long", "cut by --max-tokens",
+    counts = dict.fromkeys(("reference", "file", "teacher", "duplicates", "too long", "cut by --max-tokens", "quoting an API key",
                             "below the minimum reward", "teacher samples below their task's best"), 0)
     by_task, failed = await candidates(args, plan, scorer.skill, tasks, counts)
     for line in failed:
