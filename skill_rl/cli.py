@@ -12,8 +12,8 @@ from rich.table import Table
 from .console import literal
 from .derived import derive
 from .rubric import reference_problems
-from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill,
-                     shipped_skills_dir)
+from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
+                     shipped_skills_dir, show)
 
 TEMPLATE = Path(__file__).parent / "template"
 
@@ -70,6 +70,8 @@ def print_check(skill: Skill) -> int:
     if broken:
         print("\n".join(broken), file=sys.stderr)
         return 2
+    for line in leaked_val_tasks(skill):
+        print(line, file=sys.stderr)
     console = Console()
     console.print(literal(skill.name, "bold") + literal(f"  {skill.path}"), soft_wrap=True)
     console.print(literal(skill.description))
@@ -92,6 +94,18 @@ def print_check(skill: Skill) -> int:
     console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid"),
                   soft_wrap=True)
     return 0
+
+
+def leaked_val_tasks(skill: Skill) -> list[str]:
+    """A warning per val task whose input (whitespace aside) is a train task's: its val reward would measure
+    recall of a trained task. A warning, not an error: the file is valid, and the user may mean it."""
+    train: dict[str, Task] = {}
+    for t in skill.split("train"):
+        train.setdefault(" ".join(t.input.split()), t)
+    path = display(skill.path / "tasks.jsonl")
+    return [f"warning: {path}:{t.line}: val task {show(t.id)} has the same input as train task {show(same.id)} "
+            f"(line {same.line}): its val reward measures recall of a trained task, not the skill"
+            for t in skill.split("val") if (same := train.get(" ".join(t.input.split()))) is not None]
 
 
 def print_derived(console: Console, skill: Skill, taken: set[str]) -> None:

@@ -35,13 +35,20 @@ From sentences:
                        "only": the share of such tokens in the output that the input holds; with
                        "every", "each" or "all": the share of the input's tokens the output holds
 
-Every check runs in time linear in the output. Names collide only when two sentences state the same
-constraint on the same target; the first one stated wins.
+Every check runs in time linear in the output, and the derivation in time linear in the SKILL.md (headings
+and fields are indexed once; each sentence is read once for all its limits). One check per constraint: when
+two sentences state the same constraint on the same target, the first one stated wins; two constraints
+whose names read alike in ASCII (`Next steps`, `Next-steps`; `摘要`, `概要` are named by code point) are both
+kept, the second as `<name>_2`. What no output can pass is a problem of the skill, reported by every command
+that scores (`--check` included, exit 2): a limit above MAX_LIMIT, a minimum above a maximum on the same
+target (or on a part of the whole output), and a format check that the template itself, filled in, fails.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Iterator, NamedTuple
@@ -49,7 +56,7 @@ from typing import Callable, Iterator, NamedTuple
 from markdown_it import MarkdownIt
 
 from .rubric import check
-from .skills import Section, Skill, display
+from .skills import Section, Skill, SkillError, display
 
 _md = MarkdownIt("commonmark")
 PLACEHOLDER = re.compile(r"<([^<>\s][^<>]*)>")
@@ -93,6 +100,7 @@ class Derivation:
     checks: tuple[Derived, ...]
     ignored: tuple[Sentence, ...]  # sentences that look like constraints but match no form: the judge reads them
     path: str  # SKILL.md as displayed
+    problems: tuple[str, ...] = ()  # one line per limit too big to read, contradiction or check no output can pass
 
 
 # ------------------------------------------------------------------ the output, read once per output
@@ -101,6 +109,8 @@ class Derivation:
 class View(NamedTuple):
     lines: tuple[str, ...]
     heads: tuple[tuple[int, int, str], ...]  # (line index, level, lower-cased title)
+    first_head: dict[str, int]  # lower-cased title -> index in `heads` of its first heading
+    fields: dict[str, str]  # lower-cased text before a line's first ':' -> the rest of the first such line, stripped
 
 
 def heading(line: str) -> tuple[int, str] | None:
@@ -118,21 +128,32 @@ def heading(line: str) -> tuple[int, str] | None:
 def view(output: str) -> View:
     lines = tuple(output.replace("\r\n", "\n").strip().split("\n"))
     heads = tuple((i, h[0], h[1].lower()) for i, line in enumerate(lines) if (h := heading(line)))
-    return View(lines, heads)
+    first_head: dict[str, int] = {}
+    for k, (_, _, title) in enumerate(heads):
+        first_head.setdefault(title, k)
+    fields: dict[str, str] = {}
+    for line in lines:
+        label, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(label.lower(), value.strip())
+    return View(lines, heads, first_head, fields)
 
 
 def _section(v: View, name: str | None) -> tuple[str, ...] | None:
     """The lines under the first heading titled `name` (to the next heading); None: text before any heading."""
     if name is None:
         return v.lines[: v.heads[0][0]] if v.heads else v.lines
-    for k, (i, _, title) in enumerate(v.heads):
-        if title == name:
-            return v.lines[i + 1 : v.heads[k + 1][0] if k + 1 < len(v.heads) else len(v.lines)]
-    return None
+    k = v.first_head.get(name)
+    if k is None:
+        return None
+    return v.lines[v.heads[k][0] + 1 : v.heads[k + 1][0] if k + 1 < len(v.heads) else len(v.lines)]
 
 
 def _field(v: View, label: str) -> str | None:
-    key = label.lower() + ":"
+    key = label.lower()
+    if ":" not in key:
+        return v.fields.get(key)
+    key += ":"  # a label with a colon of its own (from a code span): read line by line
     return next((line[len(key):].strip() for line in v.lines if line[: len(key)].lower() == key), None)
 
 
@@ -152,9 +173,12 @@ def _is_item(line: str) -> bool:
 # ------------------------------------------------------------------ check factories
 
 
-def _make(name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: bool = False):
+def _make(name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: bool = False, target: str = "", limit=None):
+    """A rubric check named `name`; `target` (the lower-cased section or field it reads) and `name` together
+    identify the constraint it states; `limit` is (target, unit, bound, n) for a length limit."""
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
+    fn.constraint, fn.limit = (name, target), limit
     return check(dimension, gate=gate, key=key)(fn)
 
 
@@ -206,7 +230,7 @@ def enum_check(kind: str, name: str, values: list[str]):
         lines = _named(view(output), kind, name)
         return lines is not None and _bare(" ".join(x.strip() for x in lines if x.strip())).lower() in allowed
 
-    return _make(f"{_slug(name)}_one_of", "format", run, f"{kind} '{name}' is one of {', '.join(values)}")
+    return _make(f"{_slug(name)}_one_of", "format", run, f"{kind} '{name}' is one of {', '.join(values)}", target=name.lower())
 
 
 def _measure(unit: str, lines: tuple[str, ...]) -> int:
@@ -247,7 +271,8 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
     slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output"}.get(kind, _slug(name))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
     words = words.removesuffix("s") if n == 1 else words
-    return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}")
+    return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}",
+                 target=name.lower(), limit=(target, unit, bound, n))
 
 
 def no_fence_check():
@@ -298,13 +323,24 @@ def from_input_check(shape: str, prefix: str, placeholder: str, every: bool):
 
     ph = _slug(placeholder)
     if every:
-        return _make(f"every_input_{ph}", "correctness", run, f"share of the input's {shape} tokens that the output cites", key=True)
+        return _make(f"every_input_{ph}", "correctness", run, f"share of the input's {shape} tokens that the output cites", key=True,
+                     target=shape)
     return _make(f"{ph}_from_input", "correctness", run,
-                 f"share of the output's {shape} tokens that the input holds (0 past {MAX_TOKENS:,} tokens)")
+                 f"share of the output's {shape} tokens that the input holds (0 past {MAX_TOKENS:,} tokens)", target=shape)
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "field"
+    """A check-name part for a section or field name in any script: ASCII letters and digits as they are, accents
+    dropped (`Überblick`: uberblick), other letters and digits by code point (`摘要`: u6458_u8981)."""
+    out = []
+    for ch in unicodedata.normalize("NFKD", name.lower()):
+        if ch.isascii():
+            out.append(ch if ch.isalnum() else "_")
+        elif ch.isalnum():
+            out.append(f"_u{ord(ch):x}_")
+        elif not unicodedata.combining(ch):
+            out.append("_")
+    return re.sub(r"_+", "_", "".join(out)).strip("_") or "field"
 
 
 # ------------------------------------------------------------------ reading the template
@@ -313,6 +349,7 @@ def _slug(name: str) -> str:
 @dataclass
 class Template:
     line: int  # SKILL.md line of the template's first line
+    source: str = ""  # the template as written
     first_prefix: str = ""  # the first non-blank line's text before its first placeholder
     heads: list = field(default_factory=list)  # (level, lower title, line as written, SKILL.md line) of literal headings
     literals: list = field(default_factory=list)  # (line, SKILL.md line)
@@ -329,15 +366,20 @@ def _alternatives(inner: str) -> list[str] | None:
 
 def read_template(source: str, first_line: int) -> Template:
     """Sort a template's lines into headings, literal lines, fields, placeholder lines and enumerations."""
-    t = Template(first_line)
+    t = Template(first_line, source)
     section: str | None = None
+    shown_title = ""  # the current literal heading's title as written
     lines = source.split("\n")
     first = next((x.strip() for x in lines if x.strip()), "")
     t.first_prefix = PLACEHOLDER.split(first, 1)[0]
+    seen_placeholders, seen_sections = set(), set()
     for n, raw in enumerate(lines):
         line, where = raw.strip(), first_line + n
         holes = PLACEHOLDER.findall(line)
-        t.placeholders += [f"<{h}>" for h in holes if f"<{h}>" not in t.placeholders]
+        for h in holes:
+            if f"<{h}>" not in seen_placeholders:
+                seen_placeholders.add(f"<{h}>")
+                t.placeholders.append(f"<{h}>")
         head, fld = heading(line), FIELD.match(line)
         if not line:
             continue
@@ -345,16 +387,17 @@ def read_template(source: str, first_line: int) -> Template:
             section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
                 t.heads.append((head[0], section, line, where))
+                shown_title = head[1]
         elif fld:
             t.fields.append((fld[1], where))
             if values := _alternatives(fld[2][1:-1]):
                 t.enums.append(("field", fld[1], values, line, where))
         elif holes:
-            if section != "\0" and section not in t.needs_text:
+            if section != "\0" and section not in seen_sections:
+                seen_sections.add(section)
                 t.needs_text.append(section)
             if line == f"<{holes[0]}>" and section not in (None, "\0") and (values := _alternatives(holes[0])):
-                title = next(h[2] for h in reversed(t.heads) if h[1] == section).lstrip("#").strip()
-                t.enums.append(("section", title, values, line, where))
+                t.enums.append(("section", shown_title, values, line, where))
         else:
             t.literals.append((line, where))
     return t
@@ -405,56 +448,121 @@ def _inline_sentences(tok, first_line: int) -> Iterator[Sentence]:
         yield Sentence(text.rstrip(), tuple(codes), start)
 
 
-def sentences(section: Section) -> Iterator[Sentence]:
-    tokens = _md.parse(section.text)
+def sentences(section: Section, tokens=None) -> Iterator[Sentence]:
+    tokens = _md.parse(section.text) if tokens is None else tokens
     for prev, tok in zip(tokens, tokens[1:]):
         if tok.type == "inline" and prev.type == "paragraph_open":
             yield from _inline_sentences(tok, section.text_line + tok.map[0])
 
 
-def _known_name(text: str, names: dict[str, tuple[str, str]], codes, end: int, any_code: bool = False) -> tuple[str, str] | None:
-    """The last target named before `end`: a code span naming a template heading or field (any code span with
-    `any_code`, or one followed by section/field/line), else a template name followed by section/field/line."""
-    for offset, code in reversed(codes):
-        bare, word = code.lstrip("#").strip(), NAME_WORD.match(text, offset + len(code) + 2)
-        if offset < end and (any_code or bare.lower() in names or word):
-            kind = "name" if not word else "section" if word[1] == "section" else "field"
-            return names.get(bare.lower(), (kind, bare))
-    lower = text[:end].lower()
-    hits = [(lower.rfind(f"{n} {w}"), v) for n, v in names.items() for w in ("section", "field", "line")]
-    best = max(hits, default=(-1, None))
-    return best[1] if best[0] >= 0 else None
+MAX_NAME_CHARS = 100  # a template name longer than this is found in prose only in backticks
 
 
-def enum_sentence(s: Sentence, names) -> Iterator[Derived]:
+class Names:
+    """The template's headings and fields by lower-cased name, indexed once per derivation: finding the names a
+    sentence mentions costs its length (times the few distinct name lengths), not the template's size."""
+
+    def __init__(self, names: dict[str, tuple[str, str]]):
+        self.names = names
+        self.lengths = sorted({len(n) for n in names if len(n) <= MAX_NAME_CHARS})
+
+
+class Read(NamedTuple):
+    """One sentence, read once for every limit in it: positions of what `_limit_target` looks for."""
+
+    lower: str
+    code_offsets: list[int]  # offsets of the code spans that name a target (see _known_name), ascending
+    code_targets: list[tuple[str, str]]
+    name_ends: list[int]  # end of each "<name> section|field|line" in `lower`, ascending
+    name_best: list[tuple[int, tuple[str, str]]]  # the latest-starting such mention ending at or before name_ends[i]
+    first_line: int  # where "first line" ends, or -1
+    each_line: int
+    each_item: int
+    whole: bool
+
+
+def _code_target(s: Sentence, names: dict, offset: int, code: str, any_code: bool) -> tuple[str, str] | None:
+    bare, word = code.lstrip("#").strip(), NAME_WORD.match(s.text, offset + len(code) + 2)
+    if not (any_code or bare.lower() in names or word):
+        return None
+    kind = "name" if not word else "section" if word[1] == "section" else "field"
+    return names.get(bare.lower(), (kind, bare))
+
+
+def _end(rx: re.Pattern | str, lower: str) -> int:
+    m = re.search(rx, lower)
+    return m.end() if m else -1
+
+
+def read_sentence(s: Sentence, names: Names) -> Read:
+    lower = s.text.lower()
+    codes = [(off, t) for off, code in s.codes if (t := _code_target(s, names.names, off, code, False))]
+    mentions = []  # (end, start, target) of each "<name> <word>", a name ending where a word starts
+    for m in re.finditer(r"(?<= )(?:section|field|line)", lower):
+        for length in names.lengths:
+            start = m.start() - 1 - length
+            if start >= 0 and lower[start : m.start() - 1] in names.names and (start == 0 or not lower[start - 1].isalnum()):
+                mentions.append((m.end(), start, names.names[lower[start : m.start() - 1]]))
+    mentions.sort(key=lambda x: x[0])
+    best, name_best = None, []
+    for _, start, target in mentions:
+        best = (start, target) if best is None or start >= best[0] else best
+        name_best.append(best)
+    return Read(lower, [o for o, _ in codes], [t for _, t in codes], [e for e, _, _ in mentions], name_best,
+                _end(r"first line", lower), _end(r"\b(each|every|any|no) line\b|\ball lines\b", lower),
+                _end(r"\b(each|every) (item|entry|bullet)\b", lower), WHOLE.search(lower) is not None)
+
+
+def _known_name(r: Read, end: int) -> tuple[str, str] | None:
+    """The last target named before `end`: a code span naming a template heading or field (or one followed by
+    section/field/line), else a template name followed by section/field/line."""
+    k = bisect.bisect_left(r.code_offsets, end)
+    if k:
+        return r.code_targets[k - 1]
+    k = bisect.bisect_right(r.name_ends, end)
+    return r.name_best[k - 1][1] if k else None
+
+
+def enum_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
     at = s.text.lower().find("one of")
     values = [c for off, c in s.codes if off > at]
-    target = _known_name(s.text, names, s.codes, at, any_code=True) if at >= 0 and len(values) >= 2 else None
+    target = None
+    if at >= 0 and len(values) >= 2:
+        before = [(off, code) for off, code in s.codes if off < at]
+        target = _code_target(s, names.names, *before[-1], True) if before else _known_name(read_sentence(s, names), at)
     if target:
         yield Derived(enum_check(target[0], target[1], values), s.line, s.text)
 
 
-def _limit_target(s: Sentence, names, end: int, unit: str) -> tuple[str, str] | None:
-    lower = s.text[:end].lower()
-    named = _known_name(s.text, names, s.codes, end)
+def _limit_target(r: Read, end: int, unit: str) -> tuple[str, str] | None:
+    named = _known_name(r, end)
     if named:
         return None if named[0] == "field" and unit in ("lines", "items") else named
-    if unit in ("chars", "words") and "first line" in lower:
+    if unit in ("chars", "words") and 0 <= r.first_line <= end:
         return ("first_line", "")
-    if unit in ("chars", "words") and re.search(r"\b(each|every|any|no) line\b|\ball lines\b", lower):
+    if unit in ("chars", "words") and 0 <= r.each_line <= end:
         return ("each_line", "")
-    if unit in ("chars", "words") and re.search(r"\b(each|every) (item|entry|bullet)\b", lower):
+    if unit in ("chars", "words") and 0 <= r.each_item <= end:
         return ("each_item", "")
-    return ("output", "") if WHOLE.search(s.text.lower()) else None
+    return ("output", "") if r.whole else None
 
 
-def limit_sentence(s: Sentence, names) -> Iterator[Derived]:
+MAX_LIMIT = 1_000_000_000  # a length limit above this (characters of one output) is not a limit
+
+
+def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]]) -> Iterator[Derived]:
+    r = None
     for m in LIMIT.finditer(s.text.lower()):
-        unit = UNITS[m[3]]
-        target = _limit_target(s, names, m.start(), unit)
+        digits = m[2].replace(",", "")
+        if m[2] not in NUMBERS and (len(digits) > len(str(MAX_LIMIT)) or int(digits) > MAX_LIMIT):
+            problems.append((s.line, f"the limit '{m[1]} {m[2] if len(m[2]) <= 20 else m[2][:17] + '...'} {m[3]}' is above {MAX_LIMIT:,}: "
+                                     "state a smaller number, or leave the length to the judge"))
+            continue
+        r = r or read_sentence(s, names)
+        target = _limit_target(r, m.start(), UNITS[m[3]])
         if target:
-            n = NUMBERS.get(m[2]) if m[2] in NUMBERS else int(m[2].replace(",", ""))
-            yield Derived(limit_check(target, unit, "min" if m[1] == "at least" else "max", n), s.line, s.text)
+            n = NUMBERS[m[2]] if m[2] in NUMBERS else int(digits)
+            yield Derived(limit_check(target, UNITS[m[3]], "min" if m[1] == "at least" else "max", n), s.line, s.text)
 
 
 def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
@@ -489,25 +597,103 @@ TEMPLATE_INFO = ("", "markdown", "md", "text")
 
 @lru_cache(maxsize=64)
 def _derive(path: str, output_format: Section | None, rules: Section | None) -> Derivation:
-    template, names, found, ignored = None, {}, [], []
+    template, names, found, ignored, problems = None, {}, [], [], []
+    parsed = {id(sec): _md.parse(sec.text) for sec in (output_format, rules) if sec is not None}
     if output_format is not None:
-        tokens = _md.parse(output_format.text)
+        tokens = parsed[id(output_format)]
         fence = next((t for t in tokens if t.type == "fence" and t.info.strip().lower() in TEMPLATE_INFO), None)
         if fence is not None:
             template = read_template(fence.content, output_format.text_line + fence.map[0] + 1)
             found += template_checks(template)
             names = {title: ("section", shown.lstrip("#").strip()) for _, title, shown, _ in template.heads}
             names.update({label.lower(): ("field", label) for label, _ in template.fields})
+    index = Names(names)
     for section in (output_format, rules):
-        for s in sentences(section) if section is not None else ():
-            got = [*enum_sentence(s, names), *limit_sentence(s, names), *forbid_sentence(s, template), *input_sentence(s)]
+        for s in sentences(section, parsed[id(section)]) if section is not None else ():
+            got = [*enum_sentence(s, index), *limit_sentence(s, index, problems), *forbid_sentence(s, template),
+                   *input_sentence(s)]
             found += got
             if not got and TRIGGERS.search(s.text.lower()):
                 ignored.append(s)
-    unique: dict[str, Derived] = {}
+    checks = _unique(found)
+    problems += contradictions(checks, path)
+    if template is not None:
+        problems += unsatisfiable(checks, template)
+    return Derivation(checks, tuple(ignored), path, tuple(f"{path}:{line}: {msg}" for line, msg in sorted(problems)))
+
+
+def _unique(found: list[Derived]) -> tuple[Derived, ...]:
+    """One check per constraint (the first statement wins), each under its own name: two constraints whose
+    names read alike (`Next steps`, `Next-steps`) are both kept, the second as `<name>_2`."""
+    unique: dict[tuple, Derived] = {}
     for d in found:
-        unique.setdefault(d.fn.__name__, d)  # the same constraint stated twice: the first statement wins
-    return Derivation(tuple(unique.values()), tuple(ignored), path)
+        unique.setdefault(d.fn.constraint, d)
+    taken: set[str] = set()
+    for d in unique.values():
+        name, k = d.fn.__name__, 1
+        while name in taken:
+            k += 1
+            name = f"{d.fn.__name__}_{k}"
+        taken.add(name)
+        d.fn.__name__ = d.fn.__qualname__ = name
+    return tuple(unique.values())
+
+
+# ------------------------------------------------------------------ checks no output can pass
+
+
+def contradictions(checks: tuple[Derived, ...], path: str) -> Iterator[tuple[int, str]]:
+    """A minimum above a maximum of the same unit, on the same target or on a part of a whole output."""
+    most: dict[tuple, Derived] = {}  # (target, unit) -> the smallest maximum
+    for d in checks:
+        if d.fn.limit and d.fn.limit[2] == "max":
+            key = d.fn.limit[:2]
+            if key not in most or d.fn.limit[3] < most[key].fn.limit[3]:
+                most[key] = d
+    for d in checks:
+        if not d.fn.limit or d.fn.limit[2] != "min":
+            continue
+        target, unit, _, n = d.fn.limit
+        wider = [most.get((target, unit))] + ([most.get((("output", ""), unit))] if target[0] in ("section", "field", "name", "first_line") else [])
+        for cap in wider:
+            if cap is not None and cap.fn.limit[3] < n:
+                (first, second) = sorted((cap, d), key=lambda x: x.line)
+                yield (second.line, f"'{second.fn.__doc__}' contradicts '{first.fn.__doc__}' ({path}:{first.line}): "
+                                    "no output can meet both; drop or change one")
+                break
+
+
+def filled(template: Template) -> str:
+    """The template with each placeholder filled in: an enumeration's first value, else `x`."""
+    def fill(m: re.Match) -> str:
+        values = _alternatives(m[1])
+        return values[0] if values else "x"
+
+    return "\n".join(PLACEHOLDER.sub(fill, line) for line in template.source.split("\n"))
+
+
+def unsatisfiable(checks: tuple[Derived, ...], template: Template) -> Iterator[tuple[int, str]]:
+    """The format checks that the template itself, filled in, fails: an output written to the template would
+    fail them too (a lone `<a | b>` that shares its section with a field line, a limit the template overruns)."""
+    example, task, end = filled(template), _NO_TASK, template.line + template.source.count("\n") + 1
+    for d in checks:
+        fn = d.fn
+        if fn.dimension != "format" or (fn.limit and fn.limit[2] == "min"):
+            continue  # correctness needs a task's input; a template's `x` is short of any minimum
+        if fn.constraint[0].endswith("_one_of") and not template.line <= d.line < end:
+            continue  # an enumeration stated in prose: the template's `x` stands where one of its values goes
+        result = fn(example, task)
+        if result is not None and result is not True and not (result is not False and result >= 1):
+            yield (d.line, f"derived check '{fn.__name__}' ({fn.__doc__}) fails on the template itself, filled in: "
+                           "no output can pass it and keep the template; reword the template or the sentence, or "
+                           "set metadata derive-checks: \"false\"")
+
+
+class _Task(NamedTuple):
+    input: str = ""
+
+
+_NO_TASK = _Task()
 
 
 def derive(skill: Skill) -> Derivation:
@@ -516,5 +702,12 @@ def derive(skill: Skill) -> Derivation:
 
 
 def derived_checks(skill: Skill) -> list[Callable]:
-    """The derived checks that score this skill: none when its metadata says `derive-checks: "false"`."""
-    return [d.fn for d in derive(skill).checks] if skill.derive else []
+    """The derived checks that score this skill: none when its metadata says `derive-checks: "false"`.
+    Raise SkillError when the derivation found problems (a limit too big to read, a contradiction, a check no
+    output can pass): every command that scores, `--check` included, says so and exits 2."""
+    if not skill.derive:
+        return []
+    found = derive(skill)
+    if found.problems:
+        raise SkillError(list(found.problems))
+    return [d.fn for d in found.checks]

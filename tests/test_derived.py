@@ -117,7 +117,7 @@ FORMS = [
     ("section words within the limit", "The `Summary` section is no more than 8 words.", "", "summary_max_words", GOOD, True),
     ("section words over the limit", "The `Summary` section is no more than 5 words.", "", "summary_max_words", GOOD, False),
     ("named section absent: not applicable", "The `Summary` section is no more than 5 words.", "", "summary_max_words", "Status: open", None),
-    ("field length over the limit", "The `Status` field is at most 3 characters.", "", "status_max_chars", GOOD, False),
+    ("field length over the limit", "The `Status` field is at most 6 characters.", "", "status_max_chars", GOOD.replace("Status: open", "Status: reopened"), False),
     ("each item within the limit", "Each item is at most 40 characters.", "", "each_item_max_chars", GOOD, True),
     ("each item over the limit", "Each item is at most 20 characters.", "", "each_item_max_chars", GOOD, False),
     ("whole output within the limit", "The whole output is at most 1,000 characters.", "", "output_max_chars", GOOD, True),
