@@ -4,13 +4,16 @@
         value, error = dog.call(fn, *args)   # error: the exception fn raised, or a Timeout
 
 A check runs on the main thread, where Python runs signal handlers between bytecodes and where `re`
-polls for them while it backtracks. So an interval timer's SIGALRM can stop a check that loops,
-sleeps or backtracks forever: the handler raises `Timeout`, a BaseException that a check's
-`except Exception` does not swallow. If the code swallows it anyway (a bare `except:` in a retry
-loop), the next tick raises it again on every line the code runs (sys.monitoring LINE events), so
-it escapes every handler; and a call that went past its limit counts as timed out even if it then
-returns a value. A thread could not do this: `re` holds the GIL, so a regex stuck in a thread freezes every thread, the event
-loop included; and a thread cannot be stopped. What remains unbounded: C code that never checks for
+polls for them while it backtracks. So a one-shot interval timer, armed for each call and disarmed when it
+returns, can stop a check that loops, sleeps or backtracks forever: its SIGALRM handler raises `Timeout`, a
+BaseException that a check's `except Exception` does not swallow. If the code swallows it anyway (a bare
+`except:` in a retry loop), the timer repeats every limit / RETRIES and the Timeout is raised on every line
+the code runs (sys.monitoring LINE events), so it escapes every handler; and a call that went past its limit
+counts as timed out even if it then returns a value. A call that returns within its limit sends no signal at
+all: a long synchronous scoring pass inside an event loop never fills the loop's wake-up channel (a timer
+that ticked through every call did, and Python printed "Exception ignored ... BlockingIOError" by the
+hundred). A thread could not do this: `re` holds the GIL, so a regex stuck in a thread freezes every thread,
+the event loop included; and a thread cannot be stopped. What remains unbounded: C code that never checks for
 signals (`sum(range(10**15))`, `10**10**8`), and regexes whose backtracking is mostly long C scans
 (`re` polls for signals every 4,096 steps, so `[a-z.]+[.][a-z]+:` searched over 5 MB of letters is
 stopped only after minutes): the shipped checks' regexes are linear for that reason, and tested on
@@ -36,25 +39,23 @@ class Timeout(BaseException):
 
 
 class Watchdog:
-    """Within `with`, each `call` may run `limit` seconds (it is stopped between limit and limit + limit / 4)."""
+    """Within `with`, each `call` may run `limit` seconds; one past it is stopped."""
 
-    TICKS = 4  # timer ticks per limit
+    RETRIES = 4  # after the first Timeout, how often a second limit is split to raise it again
 
     def __init__(self, limit: float):
         self.limit = limit
         self.running = False  # a call is in progress
-        self.calls = 0  # calls started; lets the timer tell a long call from a series of short ones
+        self.expired = False  # the current call ran past its limit
         self.fired = 0  # Timeouts raised into the current call
         self.armed = False
-        self._seen, self._ticks = -1, 0
 
     def __enter__(self) -> Watchdog:
         self.armed = threading.current_thread() is threading.main_thread()
         if self.armed:
             self._entered = time.monotonic()
             self._old_handler = signal.signal(signal.SIGALRM, self._alarm)
-            tick = self.limit / self.TICKS
-            self._old_timer = signal.setitimer(signal.ITIMER_REAL, tick, tick)
+            self._old_timer = signal.setitimer(signal.ITIMER_REAL, 0)  # ours runs only during a call
         return self
 
     def __exit__(self, *exc) -> None:
@@ -67,17 +68,10 @@ class Watchdog:
             signal.setitimer(signal.ITIMER_REAL, max(delay - (time.monotonic() - self._entered), 1e-3), interval)
         self.armed = False
 
-    def _over(self) -> bool:
-        return self.running and self._seen == self.calls and self._ticks > self.TICKS
-
     def _alarm(self, signum, frame) -> None:
         if not self.running:
-            return
-        if self._seen != self.calls:
-            self._seen, self._ticks = self.calls, 0
-        self._ticks += 1
-        if not self._over():
-            return
+            return  # the call returned as the timer went off
+        self.expired = True
         self.fired += 1
         if self.fired > 1:  # the last Timeout was swallowed: raise it on every line from now on
             self._every_line(True)
@@ -94,20 +88,23 @@ class Watchdog:
         sys.monitoring.set_events(_tool[0], _LINE if on else 0)
 
     def _line(self, code, line: int) -> None:
-        if code is not _CALL and self._over():
+        if code is not _CALL and self.running and self.expired:
             raise Timeout()
 
     def call(self, fn: Callable, *args) -> tuple[Any, BaseException | None]:
         """(fn(*args), None), or (None, the exception it raised, or a Timeout once it ran past the limit).
         KeyboardInterrupt is the user's Ctrl-C, not the code's failure: it propagates."""
-        self.fired = 0
-        self.calls += 1
+        self.fired, self.expired = 0, False
         try:
             try:
                 self.running = True
+                if self.armed:  # one shot at the limit, then (only for code that swallowed it) a few more
+                    signal.setitimer(signal.ITIMER_REAL, self.limit, self.limit / self.RETRIES)
                 value, error = fn(*args), None
             finally:
                 self.running = False  # a Timeout raised before this line is still caught below
+                if self.armed:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # user code may raise anything, SystemExit included: it is reported, not fatal
