@@ -1,0 +1,134 @@
+"""Hostile model files for --backend cpu (issue 23, class 18): a truncated or corrupt .gguf, a config.json
+that is not an object, a truncated adapter, a tampered optimizer.pt: each is one line and exit 2, found
+before loading where it can be (the validation path: no model is loaded here), and no pickle runs code."""
+
+import json
+import os
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from skill_rl import cpu
+from skill_rl.cli import Exit
+
+
+def gguf_bytes(tensors: int = 1, cut: int = 0) -> bytes:
+    """A small well-formed GGUF (one metadata string, `tensors` F32 tensors of 4x8), less its last `cut` bytes."""
+    def text(s: str) -> bytes:
+        return struct.pack("<Q", len(s)) + s.encode()
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, tensors, 2)
+    head += text("general.architecture") + struct.pack("<I", 8) + text("llama")
+    head += text("general.alignment") + struct.pack("<II", 4, 32)
+    for i in range(tensors):
+        head += text(f"t{i}") + struct.pack("<I", 2) + struct.pack("<QQ", 8, 4) + struct.pack("<IQ", 0, i * 128)
+    head += b"\0" * (-len(head) % 32)
+    data = head + b"\0" * (128 * tensors)
+    return data[: len(data) - cut]
+
+
+def refused(base_model: str) -> str:
+    with pytest.raises(Exit) as stop:
+        cpu.locate(base_model)
+    assert stop.value.code == 2
+    text = str(stop.value)
+    assert "\n" not in text and len(text) < 400, text
+    return text
+
+
+def test_a_well_formed_gguf_passes_the_check(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(gguf_bytes(3))
+    assert cpu.locate(str(tmp_path / "m.gguf")) == (str(tmp_path), "m.gguf")
+
+
+@pytest.mark.parametrize("case, data, words", [
+    ("tensor data cut short", gguf_bytes(3, cut=100), "cut short"),
+    ("header cut short", gguf_bytes(3)[:60], "cut short"),
+    ("not a GGUF file", b"hello, world", "not a GGUF file"),
+    ("an unknown version", b"GGUF" + struct.pack("<IQQ", 99, 0, 0), "version 99"),
+    ("a string longer than the file", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62), "cut short"),
+])
+def test_a_corrupt_gguf_is_refused_in_one_line_before_loading(tmp_path, case, data, words):
+    (tmp_path / "m.gguf").write_bytes(data)
+    text = refused(str(tmp_path / "m.gguf"))
+    assert text.startswith(f"--base-model {tmp_path / 'm.gguf'}: ") and words in text
+
+
+@pytest.mark.parametrize("config, words", [
+    ("[1, 2]", "must be a JSON object, got list"),
+    ('{"model_type": ', "not valid JSON"),
+    ('{"model_type": 3}', "'model_type' must be a string"),
+    (b"\xff\xfe{}", "not valid JSON"),
+])
+def test_a_config_json_that_is_not_an_object_is_refused_in_one_line(tmp_path, config, words):
+    (tmp_path / "config.json").write_bytes(config if isinstance(config, bytes) else config.encode())
+    text = refused(str(tmp_path))
+    assert "config.json" in text and words in text, text
+
+
+def checkpoint(where: Path, adapter: bytes | None = None) -> Path:
+    """A checkpoint folder whose adapter is a one-tensor safetensors file (whole unless `adapter` is given)."""
+    where.mkdir()
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()
+    whole = struct.pack("<Q", len(header)) + header + b"\0" * 16
+    (where / "adapter_model.safetensors").write_bytes(whole if adapter is None else adapter(whole))
+    return where
+
+
+@pytest.mark.parametrize("case, cut, words", [
+    ("tensor data cut short", lambda b: b[:-5], "cut short"),
+    ("header cut short", lambda b: b[:20], "cut short"),
+    ("header length beyond the file", lambda b: struct.pack("<Q", 2**40) + b[8:], "cut short"),
+    ("header not JSON", lambda b: struct.pack("<Q", 4) + b"nope", "not valid JSON"),
+])
+def test_a_truncated_adapter_is_refused_in_one_line(tmp_path, case, cut, words):
+    folder = checkpoint(tmp_path / "0001", cut)
+    assert cpu.checkpoint_problem(checkpoint(tmp_path / "whole")) is None
+    problem = cpu.checkpoint_problem(folder)
+    assert problem and words in problem and "adapter_model.safetensors" in problem, problem
+
+
+def test_a_corrupt_optimizer_zip_is_found_before_torch_reads_it(tmp_path):
+    import zipfile
+
+    folder = checkpoint(tmp_path / "0001")
+    with zipfile.ZipFile(folder / "optimizer.pt", "w") as z:
+        z.writestr("archive/data.pkl", b"x" * 1000)
+    data = bytearray((folder / "optimizer.pt").read_bytes())
+    data[100] ^= 0xFF  # one flipped byte inside the stored data
+    (folder / "optimizer.pt").write_bytes(bytes(data))
+    assert "optimizer.pt" in cpu.checkpoint_problem(folder)
+
+
+class Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_tampered_optimizer_pt_is_refused_in_one_line_and_its_pickle_never_runs(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    folder = checkpoint(tmp_path / "0001")
+    marker = tmp_path / "ran"
+    torch.save({"state": {}, "param_groups": [], "x": Payload(marker)}, folder / "optimizer.pt")
+    policy = SimpleNamespace(lock=None, model=None, optimizer=None)
+    with pytest.raises(Exit) as stop:
+        cpu.Policy.load(policy, folder)
+    text = str(stop.value)
+    assert stop.value.code == 2 and "\n" not in text and len(text) < 400 and "cannot load this checkpoint" in text
+    assert not marker.exists()
+
+
+def test_a_config_that_fails_transformers_own_checks_is_one_line(tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 7, "num_attention_heads": 2}))
+    assert cpu.locate(str(tmp_path)) == (str(tmp_path), None)  # well-formed JSON: transformers has the last word
+    with pytest.raises(Exit) as stop:
+        cpu._load_base(str(tmp_path), None)
+    text = str(stop.value)
+    assert stop.value.code == 2 and "\n" not in text and len(text) < 400 and "hidden size (7)" in text, text
