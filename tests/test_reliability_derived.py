@@ -38,6 +38,15 @@ def test_a_limit_too_big_to_mean_anything_is_one_line_naming_its_line(tmp_path, 
     assert len(err) < 300
 
 
+def test_score_refuses_a_huge_limit_in_one_line_too(tmp_path, capsys, monkeypatch):
+    write(tmp_path, TEMPLATE, "- The whole output is at most " + "9" * 5000 + " characters.")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.jsonl").write_text(json.dumps({"task_id": "a", "outputs": ["x"]}) + "\n")
+    code = main(["--skills-dir", str(tmp_path), "--skill", "demo", "--score", "in.jsonl", "--judge", "none"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("demo/SKILL.md:39: ") and len(err.strip().splitlines()) == 1, err[:300]
+
+
 def test_with_derivation_off_a_huge_limit_is_no_error(tmp_path, capsys, monkeypatch):
     make(tmp_path, TEMPLATE, "- The whole output is at most " + "9" * 5000 + " characters.", meta='  derive-checks: "false"\n')
     code, out, err = check_run(tmp_path, capsys, monkeypatch)
