@@ -214,6 +214,7 @@ async def sample_teacher(args, plan: Plan, skill: Skill, tasks: list[Task]) -> t
 async def candidates(args, plan: Plan, skill: Skill, tasks: list[Task], counts: dict) -> tuple[dict[str, list[Candidate]], list[str]]:
     """Every source's outputs per train task, duplicates merged (same task, same text once stripped)."""
     by_task: dict[str, list[Candidate]] = {t.id: [] for t in tasks}
+    seen: dict[tuple[str, str], Candidate] = {}  # (task id, stripped output) -> its candidate: one look-up per line
 
     def add(task_id: str, output: str, source: str) -> None:
         if task_id not in by_task:  # a train task skipped as too long for --context-tokens
@@ -223,12 +224,12 @@ async def candidates(args, plan: Plan, skill: Skill, tasks: list[Task], counts: 
         if quotes_key(output, source):  # never scored (the judge would read it), never trained on, never written
             counts["quoting an API key"] += 1
             return
-        same = next((c for c in by_task[task_id] if c.output.strip() == output.strip()), None)
+        same = seen.get((task_id, output.strip()))
         if same:
             counts["duplicates"] += 1
             same.sources.append(source)
         else:
-            by_task[task_id].append(Candidate(output, [source]))
+            by_task[task_id].append(seen.setdefault((task_id, output.strip()), Candidate(output, [source])))
 
     for t in tasks if "references" in plan.sources else []:
         if t.reference:
