@@ -37,7 +37,7 @@ from . import flags
 from .diffs import Diff, parse_diff
 from .keys import redact, secret_in
 from .records import refuse_inputs, skill_files
-from .skills import Skill, atomic_write, display, parse_task_line
+from .skills import Skill, atomic_write, display, parse_task_line, replace_problem
 
 HOOK = "task_from_commit"
 GIT_TIMEOUT = 60.0  # seconds for any one git call
@@ -487,6 +487,8 @@ def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
     refuse_inputs(out, skill_files(skill))  # SKILL.md, checks.py, tasks.jsonl: never an output, --force or not
     if out.is_dir() or not out.parent.is_dir():
         raise MiningError(f"--out {out}: must be a file in an existing folder")
+    if problem := replace_problem(out):
+        raise MiningError(f"--out {out}: {problem}")
     if out.exists() and not args.force:
         raise MiningError(f"{display(out)} exists; pass --force to replace it, or --out another file")
     repo = Repo(args.tasks_from_git, max_chars=args.max_diff_chars)
