@@ -265,7 +265,7 @@ async def train(args, skill, judge, sft) -> int:
     except asyncio.CancelledError:
         if not stopper.aborted:
             raise
-        raise Exit(1, f"stopped at once during step {step + 1}: nothing of it was trained; "
+        raise Exit(stopper.exit_code(1), f"stopped at once during step {step + 1}: nothing of it was trained; "
                       f"the same command resumes at step {step + 1}") from None
     finally:
         await backend.close()
@@ -280,7 +280,8 @@ async def train(args, skill, judge, sft) -> int:
         print(f"reward plot: {kept.where / PLOT_NAME}")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
-    return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")) else 0
+    failed = any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors"))
+    return stopper.exit_code(1 if failed else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
 
 
 # ------------------------------------------------------------------ entry point

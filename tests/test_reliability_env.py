@@ -117,3 +117,13 @@ def test_the_cpu_backend_trains_behind_a_proxy(tmp_path, monkeypatch, behind_a_d
     monkeypatch.setenv("TQDM_DISABLE", "1")
     code, stdout, stderr = run("--skills-dir", skills, "--steps", "1", "--no-sft", *TINY_RUN)
     assert code == 0 and "rollout errors 0" in stdout, stderr[-2000:]
+
+
+def test_every_variable_in_env_example_is_one_a_dotenv_may_set():
+    from pathlib import Path
+
+    from skill_rl.env import ENV_NAMES, PROCESS_LEVEL as REFUSED
+
+    names = [line.split("=", 1)[0] for line in (Path(__file__).parent.parent / ".env.example").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert names and all(ENV_NAMES.fullmatch(n) and not REFUSED.match(n) for n in names)

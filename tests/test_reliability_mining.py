@@ -56,7 +56,8 @@ def test_a_partial_clone_is_refused_in_one_line_and_no_remote_command_runs(origi
 
 @pytest.mark.parametrize("lazy_fetch_switch", [True, False])
 def test_git_never_fetches_even_when_asked_for_a_missing_object(origin, tmp_path, monkeypatch, lazy_fetch_switch):
-    """Behind the up-front refusal: no lazy fetch (git 2.39.4+), and every transport forbidden (any git)."""
+    """Behind the up-front refusal: no lazy fetch (GIT_NO_LAZY_FETCH, which the git here honours), and every
+    transport forbidden (for a git that does not know that variable)."""
     r = clone(origin, tmp_path / "partial", "--filter=blob:none")
     marker = tmp_path / "PWNED"
     hostile(r, "uploadpack", marker)
