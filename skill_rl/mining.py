@@ -8,11 +8,13 @@ The skill decides what a commit is worth: its checks.py defines
 
 returning a task (`input`, and optionally `expect` and `reference`) or the reason to skip the commit.
 This module owns the rest. It walks the range with `git` (read-only plumbing, a timeout on every
-call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options),
+call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options, a
+minimal environment, every transport forbidden: a partial clone, which would fetch what it lacks, is
+refused, and a shallow clone's commits whose parents were cut off are skipped),
 reads each commit object itself (so no message byte can confuse it), skips merges, leaves binary,
 generated and lock files out of the diff, bounds its size, never mines a commit that touches a
-secret-looking file or whose task matches a secret pattern, drops a task whose input or reference
-an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
+secret-looking file or in whose task or message `keys.secret_in` finds a secret, drops a task whose
+input or reference an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
 never moves old ones; raising --val-fraction only moves train tasks to val), validates every line
 with the normal task loader, writes the file atomically and prints a count per reason.
 """
@@ -103,7 +105,7 @@ def _env(repo: Path) -> dict[str, str]:
     return dict(PATH=os.environ.get("PATH", os.defpath), LC_ALL="C", PAGER="cat", GIT_PAGER="cat",
                 GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_NO_REPLACE_OBJECTS="1",
                 GIT_GRAFT_FILE=os.devnull, GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_LITERAL_PATHSPECS="1",
-                GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="",  # no transport at all (git 2.45+ also never fetches lazily)
+                GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="",  # no lazy fetch where git knows the switch; no transport at all
                 GIT_CEILING_DIRECTORIES=str(repo.parent))  # REPO itself, not a repository somewhere above it
 
 
@@ -199,14 +201,15 @@ def _refuse_remote_objects(repo: Repo) -> None:
 
 def _shallow(repo: Repo) -> frozenset[str]:
     """The commits of a shallow clone whose parents it lacks (git would diff them against an empty tree)."""
-    if repo.git("rev-parse", "--is-shallow-repository").strip() != b"true":
-        return frozenset()
-    path = Path(repo.git("rev-parse", "--git-path", "shallow").decode(errors="surrogateescape").strip())
-    path = path if path.is_absolute() else repo.path / path
     try:
+        if repo.git("rev-parse", "--is-shallow-repository").strip() != b"true":
+            return frozenset()
+        path = Path(repo.git("rev-parse", "--git-path", "shallow").decode(errors="surrogateescape").strip())
+        path = path if path.is_absolute() else repo.path / path
         return frozenset(path.read_text(errors="replace").split())
-    except OSError as e:
-        raise MiningError(f"{display(repo.path)}: a shallow clone whose list of cut commits cannot be read ({e.strerror})")
+    except (Skip, OSError) as e:
+        raise MiningError(f"{display(repo.path)}: cannot tell which commits a shallow clone cut off "
+                          f"({getattr(e, 'strerror', None) or e})")
 
 
 def _read_object(out, sha: str) -> bytes | None:
