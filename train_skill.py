@@ -215,7 +215,10 @@ async def train(args, skill, judge, sft) -> int:
             return None
         groups, stats, used = await gather(val_tasks, f"val @ {step}")
         await model.log(groups, metrics={**{f"val_{k}": float(v) for k, v in stats.items()}, **used.metrics("eval")}, step=step, split="val")
-        reward_plot(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png
+        try:
+            reward_plot(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png
+        except OSError as e:  # a full disk: the run goes on, the plot is drawn again at the next validation
+            print(f"warning: cannot write {PLOT_NAME}: {e.strerror or e}", file=sys.stderr)
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}"
@@ -262,7 +265,7 @@ async def train(args, skill, judge, sft) -> int:
     except asyncio.CancelledError:
         if not stopper.aborted:
             raise
-        raise Exit(1, f"stopped at once during step {step + 1}: nothing of it was trained; "
+        raise Exit(stopper.exit_code(1), f"stopped at once during step {step + 1}: nothing of it was trained; "
                       f"the same command resumes at step {step + 1}") from None
     finally:
         await backend.close()
@@ -277,7 +280,8 @@ async def train(args, skill, judge, sft) -> int:
         print(f"reward plot: {kept.where / PLOT_NAME}")
     print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
     print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
-    return 1 if any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")) else 0
+    failed = any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors"))
+    return stopper.exit_code(1 if failed else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
 
 
 # ------------------------------------------------------------------ entry point
@@ -285,9 +289,14 @@ async def train(args, skill, judge, sft) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from skill_rl.env import load_env
+    from skill_rl.env import load_env, loopback_without_proxy
 
-    load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win
+    try:
+        load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win
+    except Exit as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    loopback_without_proxy()  # the process's own endpoints on 127.0.0.1 never go through a proxy
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
     keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")))
     if argv is None:  # the command itself (script, -m, console script): redact until the process ends

@@ -14,6 +14,7 @@ what the SKILL.md body buys that model.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import random
@@ -148,8 +149,10 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     ax.set_title(chart_text(title))
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
+    atomic_write(path, png.getvalue())  # whole or not at all, never through a link planted at the name
 
 
 # ------------------------------------------------------------------ the run

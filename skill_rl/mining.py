@@ -8,11 +8,13 @@ The skill decides what a commit is worth: its checks.py defines
 
 returning a task (`input`, and optionally `expect` and `reference`) or the reason to skip the commit.
 This module owns the rest. It walks the range with `git` (read-only plumbing, a timeout on every
-call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options),
+call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options, a
+minimal environment, every transport forbidden: a partial clone, which would fetch what it lacks, is
+refused, and a shallow clone's commits whose parents were cut off are skipped),
 reads each commit object itself (so no message byte can confuse it), skips merges, leaves binary,
 generated and lock files out of the diff, bounds its size, never mines a commit that touches a
-secret-looking file or whose task matches a secret pattern, drops a task whose input or reference
-an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
+secret-looking file or in whose task or message `keys.secret_in` finds a secret, drops a task whose
+input or reference an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
 never moves old ones; raising --val-fraction only moves train tasks to val), validates every line
 with the normal task loader, writes the file atomically and prints a count per reason.
 """
@@ -35,8 +37,9 @@ from pathlib import Path
 
 from . import flags
 from .diffs import Diff, parse_diff
-from .keys import redact
-from .skills import Skill, atomic_write, display, parse_task_line
+from .keys import redact, secret_in
+from .records import refuse_inputs, skill_files
+from .skills import Skill, atomic_write, display, parse_task_line, replace_problem
 
 HOOK = "task_from_commit"
 GIT_TIMEOUT = 60.0  # seconds for any one git call
@@ -45,8 +48,12 @@ MAX_FILES = 200  # a commit changing more files than this is skipped before its 
 TASK_KEYS = {"input", "expect", "reference"}
 
 # Every git call: repository config may not change what we read or make git run anything.
+# Nor contact anything: every transport is forbidden (GIT_ALLOW_PROTOCOL in _env, and protocol.allow here), so
+# a remote's uploadpack, core.sshCommand or an ext:: URL never runs, even if git wanted an object it lacks.
 CONFIG = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-          "-c", "color.ui=never", "-c", "log.showSignature=false")
+          "-c", "color.ui=never", "-c", "log.showSignature=false", "-c", "protocol.allow=never",
+          "-c", "core.sshCommand=false", "-c", "core.askPass=false", "-c", "credential.helper=",
+          "-c", "advice.graftFileDeprecated=false")
 DIFF = ("-r", "--root", "--no-commit-id", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
         "--submodule=short", "-O/dev/null")
 PATCH = ("-p", "-U3", "--inter-hunk-context=0", "--diff-algorithm=myers", "--indent-heuristic",
@@ -63,17 +70,6 @@ SECRET_FILE = re.compile(r"^(\.env.*|.*\.env|\.envrc|.*\.(pem|key|p12|pfx|jks|ke
                          r"|keytab|tfvars|tfstate(\..*)?)|id_(rsa|dsa|ecdsa|ed25519)(\..*)?|[._]netrc|\.npmrc|\.pypirc"
                          r"|\.pgpass|\.htpasswd|\.git-credentials|\.dockercfg|.*secret.*|.*credential.*"
                          r"|service[-_]?account.*\.json)$", re.I)
-SECRET_TEXT = re.compile("|".join((
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----",
-    r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key id
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}", r"\bgithub_pat_[A-Za-z0-9_]{22,}", r"\bglpat-[A-Za-z0-9_-]{20,}",
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
-    r"\bsk-(proj-|ant-|live-)?[A-Za-z0-9_-]{20,}", r"\b[rs]k_live_[A-Za-z0-9]{16,}",  # OpenAI, Anthropic, Stripe
-    r"\bAIza[0-9A-Za-z_-]{35}", r"\bhf_[A-Za-z0-9]{30,}", r"\bSG\.[\w-]{16,}\.[\w-]{16,}",
-    r"\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.[\w-]{10,}",  # a JSON Web Token
-    r"://[^/\s:@\"']+:[^/\s:@\"']+@",  # credentials in a URL
-    r"(?i:\b(api[_-]?key|secret([_-]?key)?|access[_-]?token|auth[_-]?token|passw(or)?d)\b[\"']?\s*[:=]\s*[\"'][^\"'\s]{8,}[\"'])",
-)))
 BOT = re.compile(r"\[bot\]|\b(dependabot|renovate|greenkeeper|snyk-bot|github-actions|pre-commit-ci|mergify|imgbot"
                  r"|semantic-release-bot|release-please|allcontributors|depfu|pyup-bot|whitesource)\b", re.I)
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # NUL, escapes, ...: not text a model should learn to write
@@ -105,11 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _env(repo: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # no GIT_DIR etc. from the caller
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_NO_REPLACE_OBJECTS="1", GIT_TERMINAL_PROMPT="0",
-               GIT_OPTIONAL_LOCKS="0", GIT_LITERAL_PATHSPECS="1", GIT_PAGER="cat", PAGER="cat", LC_ALL="C",
-               GIT_CEILING_DIRECTORIES=str(repo.parent))  # REPO itself, not a repository somewhere above it
-    return env
+    """A minimal environment: the caller's PATH and nothing else of it (no GIT_DIR, LD_PRELOAD, HOME, proxies...)."""
+    return dict(PATH=os.environ.get("PATH", os.defpath), LC_ALL="C", PAGER="cat", GIT_PAGER="cat",
+                GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_NO_REPLACE_OBJECTS="1",
+                GIT_GRAFT_FILE=os.devnull, GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_LITERAL_PATHSPECS="1",
+                GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="",  # no lazy fetch where git knows the switch; no transport at all
+                GIT_CEILING_DIRECTORIES=str(repo.parent))  # REPO itself, not a repository somewhere above it
 
 
 class Repo:
@@ -124,6 +121,8 @@ class Repo:
             self.git("rev-parse", "--git-dir")
         except Skip as e:
             raise MiningError(f"{path}: not a git repository ({e})")
+        _refuse_remote_objects(self)
+        self.shallow = _shallow(self)
 
     def git(self, *args: str, cap: int = 1 << 28) -> bytes:
         """git's stdout; Skip when it fails, times out or writes more than `cap` bytes."""
@@ -185,6 +184,34 @@ class Repo:
                 proc.wait()
 
 
+def _refuse_remote_objects(repo: Repo) -> None:
+    """A partial clone (`git clone --filter`) lacks objects that git fetches from its promisor remote when asked
+    for them, running whatever that remote's config says (uploadpack, core.sshCommand, an ext:: URL): refused."""
+    try:
+        found = repo.git("config", "-z", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$")
+    except Skip:  # exit 1: no such key
+        found = b""
+    keys = [entry.split(b"\n", 1) for entry in found.split(b"\0") if entry]
+    promisor = [k.decode(errors="replace") for k, *v in keys
+                if k.startswith(b"extensions.") or (v or [b"true"])[0].strip().lower() not in (b"false", b"no", b"off", b"0")]
+    if promisor:  # (`.promisor` packs alone, with no promisor remote, make git fetch nothing)
+        raise MiningError(f"{display(repo.path)}: a partial clone ({', '.join(promisor)}): git would fetch "
+                          "its missing objects from the remote, running that remote's configured commands; mine a full clone")
+
+
+def _shallow(repo: Repo) -> frozenset[str]:
+    """The commits of a shallow clone whose parents it lacks (git would diff them against an empty tree)."""
+    try:
+        if repo.git("rev-parse", "--is-shallow-repository").strip() != b"true":
+            return frozenset()
+        path = Path(repo.git("rev-parse", "--git-path", "shallow").decode(errors="surrogateescape").strip())
+        path = path if path.is_absolute() else repo.path / path
+        return frozenset(path.read_text(errors="replace").split())
+    except (Skip, OSError) as e:
+        raise MiningError(f"{display(repo.path)}: cannot tell which commits a shallow clone cut off "
+                          f"({getattr(e, 'strerror', None) or e})")
+
+
 def _read_object(out, sha: str) -> bytes | None:
     """One object from `cat-file --batch`: its bytes, or None when it is too large to be a commit we mine."""
     header = out.readline(200).split()
@@ -242,6 +269,8 @@ class Commit:
             return cls(repo, sha, parents, author, "", skip=f"message is not valid {encoding}")
         if CONTROL.search(message):
             return cls(repo, sha, parents, author, "", skip="message holds control characters")
+        if sha in repo.shallow:
+            return cls(repo, sha, parents, author, message, skip="shallow clone: its parent is not in the clone")
         return cls(repo, sha, parents, author, message, skip="merge" if len(parents) > 1 else None)
 
     @property
@@ -355,7 +384,7 @@ def secret_reason(commit: Commit, task: dict) -> str | None:
     if any(SECRET_FILE.match(f.path.rsplit("/", 1)[-1]) for f in commit.files):
         return "touches a secret-looking file (never mined)"
     texts = (task["input"], task.get("reference"), json.dumps(task.get("expect"), default=str), commit.message)
-    if any(isinstance(t, str) and SECRET_TEXT.search(t) for t in texts):
+    if any(isinstance(t, str) and secret_in(t) for t in texts):
         return "matches a secret pattern (never mined)"
     return None
 
@@ -458,8 +487,11 @@ def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
     if not args.tasks_from_git.strip() or not args.rev.strip() or "\0" in args.rev:
         raise MiningError("--tasks-from-git and --rev must not be empty")
     out = args.out or default_out(skill, args.tasks_from_git)
+    refuse_inputs(out, skill_files(skill))  # SKILL.md, checks.py, tasks.jsonl: never an output, --force or not
     if out.is_dir() or not out.parent.is_dir():
         raise MiningError(f"--out {out}: must be a file in an existing folder")
+    if problem := replace_problem(out):
+        raise MiningError(f"--out {out}: {problem}")
     if out.exists() and not args.force:
         raise MiningError(f"{display(out)} exists; pass --force to replace it, or --out another file")
     repo = Repo(args.tasks_from_git, max_chars=args.max_diff_chars)

@@ -5,11 +5,12 @@ step. matplotlib (its Agg renderer, no display needed) is imported only when a p
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 from .console import chart_text
-from .skills import DIMENSIONS
+from .skills import DIMENSIONS, atomic_write
 
 PLOT_NAME = "rewards.png"
 
@@ -53,7 +54,7 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
     path = Path(run_dir) / PLOT_NAME
-    tmp = path.with_name(".rewards.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    atomic_write(path, png.getvalue())  # OSError (a full disk) for the caller to report
     return path

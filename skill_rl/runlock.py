@@ -10,7 +10,8 @@ drops the lock when its process ends, however it ends (SIGKILL included), so a l
 `Stopper` makes SIGINT (Ctrl-C) and SIGTERM behave alike: the first asks the run to stop after the
 step in progress; the second abandons that step at once (its rollouts are dropped, nothing of it is
 trained, the run resumes at it), except during the train call and the log that follows, which
-always finish so that a step is never half trained.
+always finish so that a step is never half trained. Either way the run exits with 128 + the first
+signal's number (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process that signal killed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Stopper:
     def __init__(self):
         self.requested = asyncio.Event()
         self.aborted = False
+        self.signal: int | None = None  # the first signal received
         self._task = asyncio.current_task()
         self._shielded = False
         loop = asyncio.get_running_loop()
@@ -70,6 +72,7 @@ class Stopper:
     def _signal(self, sig: int) -> None:
         if not self.requested.is_set():
             self.requested.set()
+            self.signal = self.signal or int(sig)
             print(f"\n{NAMES[sig]}: stopping after this step (again: stop at once; the run stays resumable)",
                   file=sys.stderr, flush=True)
         elif not self.aborted:
@@ -78,6 +81,10 @@ class Stopper:
                 print(f"\n{NAMES[sig]}: stopping as soon as this step's train call is saved", file=sys.stderr, flush=True)
             else:
                 self._task.cancel()
+
+    def exit_code(self, code: int) -> int:
+        """128 + the signal that stopped the run; `code` when none did."""
+        return 128 + self.signal if self.signal else code
 
     @contextlib.contextmanager
     def shielded(self):

@@ -173,7 +173,10 @@ def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, re
     skip: set[int] = set()
     if resume and out_path.exists():
         refuse_foreign(read_jsonl(out_path), {"skill": skill.name, "source": digest(path)}, out_path)
-        skip = finished(out_path, read_items(path, skill, []))
+        try:
+            skip = finished(out_path, read_items(path, skill, []))
+        except OSError as e:  # a full disk: the file is as it was
+            raise Exit(1, f"cannot rewrite --out {out_path} to resume: {e.strerror or e}; it is unchanged") from None
         print(f"resuming: {len(skip)} line(s) of {path} already scored in {out_path}", file=sys.stderr)
     stdout = sys.stdout
     out = open(out_path, "a" if resume else "w") if out_path else stdout

@@ -357,7 +357,10 @@ async def _begin(args, plan: Plan, model, scorer, tasks: list[Task], path: Path)
     if not records:
         raise Exit(1, "warm start: no example to fine-tune on; nothing was trained (see the counts above)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, "".join(json.dumps(r) + "\n" for r in records))
+    try:
+        atomic_write(path, "".join(json.dumps(r) + "\n" for r in records))
+    except OSError as e:
+        raise Exit(1, f"warm start: cannot write {path}: {e.strerror or e}; nothing was trained") from None
     print(f"warm start: examples and scores in {path} (reuse them: --sft-from {path})")
     state = {"start_step": step, "step": step, "epochs": args.sft_epochs, "epochs_done": 0, "examples": len(records),
              "sources": plan.sources, "learning_rate": args.sft_learning_rate, "batch_size": args.sft_batch_size,

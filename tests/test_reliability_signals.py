@@ -1,0 +1,34 @@
+"""A training stopped by a signal says so in its exit status: 128 + the signal (143 for SIGTERM, 130 for
+Ctrl-C), as a shell reports a process the signal killed, never 0."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from conftest import small_git_commit
+from openai_server import FakeOpenAI
+from test_mining import run
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_training_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, monkeypatch, sig, code):
+    sent = threading.Event()
+
+    def policy(request):
+        if not sent.is_set():  # the first rollout of step 1: the run's signal handlers are in place
+            sent.set()
+            os.kill(os.getpid(), sig)
+        return "fix(app): raise the limit"
+
+    skills = small_git_commit(tmp_path, train=8, val=1)
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAI(policy_fn=policy) as server:
+        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+        got, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+                                  "--judge", "none", "--steps", "5", "--groups-per-step", "2", "--rollouts-per-group", "2",
+                                  "--eval-every", "100")
+    assert got == code, stderr[-2000:]
+    assert "stopping after this step" in stderr and "stopped early: yes" in stdout and "step    1 | reward" in stdout
+    assert "step    2 |" not in stdout
