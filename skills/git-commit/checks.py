@@ -284,8 +284,8 @@ def grounded(output: str, task) -> float | None:
     the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only or
     Docker-only change), 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the skill's
     diffs) or a word for a broad kind of change (tests, docs, CI, dependencies), 0 for a word the diff lacks. The subject earns its best word: grounding saturates, so
-    more names never add. It is held to 0.5 when fewer than a third of its words (and scope) are found or it gives
-    a code name the diff lacks (`LruCache`, `load_config`), and to 0.25 when it is a list of names
+    more names never add. It is held to 0.5 when fewer than a third of its words (and scope) are found, it gives
+    a code name the diff lacks (`LruCache`, `load_config`), or it is one name alone (`update nodejs`), and to 0.25 when it is a list of names
     (`update a.ts, b.ts and c`) or only the changed files' names (`update package.json`) rather than a sentence. 0 for a subject with nothing specific ("update code")."""
     msg = parse(output)
     if msg.subject is None:
@@ -312,7 +312,8 @@ def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None, 
     best = max(credits, default=0.0)
     if not best:
         return 0.25 if scope_hit and words else 0.0  # the scope names the area, the subject nothing of the diff
-    if FOUND_SHARE * (hits + scope_hit) < len(words) + bool(scope) or diffs.invented(subject, vocabulary):
+    if (FOUND_SHARE * (hits + scope_hit) < len(words) + bool(scope) or diffs.invented(subject, vocabulary)
+            or len(words) == 1 and not words[0][0].isdigit()):  # one name alone ("update nodejs") says nothing of it
         best = min(best, 0.5)
     return min(best, LIST_CREDIT) if _names_only(subject, diff) else best
 
