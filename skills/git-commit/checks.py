@@ -280,13 +280,15 @@ def _telling(header: str, rest: str, diff: str, contrast: frozenset[str]) -> int
 @check("correctness", key=True, covers=0.4)
 def grounded(output: str, task) -> float | None:
     """The subject is about this diff, in words specific to it. Each specific word of the subject (not filler like
-    "update", "code", "the") earns what it says about this diff (skill_rl/diffs.py `specificity`): 1 for a word of
-    the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only or
-    Docker-only change), 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the skill's
-    diffs) or a word for a broad kind of change (tests, docs, CI, dependencies), 0 for a word the diff lacks. The subject earns its best word: grounding saturates, so
-    more names never add. It is held to 0.5 when fewer than a third of its words (and scope) are found, it gives
-    a code name the diff lacks (`LruCache`, `load_config`), or it is one name alone (`update nodejs`), and to 0.25 when it is a list of names
-    (`update a.ts, b.ts and c`) or only the changed files' names (`update package.json`) rather than a sentence. 0 for a subject with nothing specific ("update code")."""
+    "update", "code", "the") earns what it says about this diff (skill_rl/diffs.py `specificity`): 1 for a word
+    of the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only
+    or Docker-only change); 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the
+    skill's diffs) or a word for a broad kind of change (tests, docs, CI, dependencies); 0 for a word the diff
+    lacks. The subject earns its best word: grounding saturates, so more names never add. It is held to 0.5
+    when fewer than a third of its words (and scope) are found, when it gives a code name the diff lacks
+    (`LruCache`, `load_config`), or when it is one name alone (`update nodejs`); to 0.25 when it is a list of
+    names (`update a.ts, b.ts and c`) or the changed files' names alone (`update package.json`). 0 for a
+    subject with nothing specific ("update code")."""
     msg = parse(output)
     if msg.subject is None:
         return 0.0
