@@ -327,7 +327,6 @@ COMMON_SHARE = 0.2  # a word on the changed lines of a fifth or more of the skil
 MIN_BACKGROUND = 10  # fewer diffs than this: too few to tell a common word from a specific one
 
 
-@lru_cache(maxsize=8)
 def background(inputs: tuple[str, ...]) -> frozenset[str]:
     """The words (keys) in the lines or paths of COMMON_SHARE or more of these diffs: what this skill's tasks all
     say, contrasted with which a word says nothing about one of them. Empty for fewer than MIN_BACKGROUND diffs."""
@@ -345,7 +344,17 @@ def current_background() -> frozenset[str]:
     from .rubric import task_inputs  # the skill's tasks while scoring (rubric.scoring)
 
     inputs = task_inputs()
-    return background(inputs) if inputs else frozenset()
+    if not inputs:
+        return frozenset()
+    entry = _BACKGROUNDS.get(id(inputs))  # by identity: hashing every task's input per check call would be slow
+    if entry is None or entry[0] is not inputs:
+        if len(_BACKGROUNDS) >= 8:
+            _BACKGROUNDS.pop(next(iter(_BACKGROUNDS)))
+        entry = _BACKGROUNDS[id(inputs)] = (inputs, background(inputs))
+    return entry[1]
+
+
+_BACKGROUNDS: dict[int, tuple] = {}
 
 
 def common(word: str, contrast: frozenset[str] = frozenset()) -> bool:
