@@ -173,13 +173,16 @@ def _is_item(line: str) -> bool:
 # ------------------------------------------------------------------ check factories
 
 
+DERIVED_COVERS = 0.15  # one sentence of SKILL.md checked: of a judged dimension, a small part (rubric.py)
+
+
 def _make(name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: bool = False, target: str = "", limit=None):
     """A rubric check named `name`; `target` (the lower-cased section or field it reads) and `name` together
     identify the constraint it states; `limit` is (target, unit, bound, n) for a length limit."""
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
     fn.constraint, fn.limit = (name, target), limit
-    return check(dimension, gate=gate, key=key)(fn)
+    return check(dimension, gate=gate, key=key, covers=DERIVED_COVERS)(fn)
 
 
 def headings_check(wanted: list[tuple[int, str]], shown: list[str]):
