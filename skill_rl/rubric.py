@@ -1,13 +1,19 @@
 """The rubric: deterministic checks, per-dimension scores and the weighted reward.
 
-    reward = sum(w_d * s_d for scored d) / sum(w_d for scored d)      d in format, procedure, correctness
+Each check covers a share of its dimension (`covers`). For one output, a dimension's checks score the
+covers-weighted mean of its applicable checks, and together cover c_d = min(1, sum of their covers):
 
-A dimension's score s_d is
-  - checks only:   the mean of its applicable checks (True = 1, False = 0, floats as they are),
-                   or 0 when one of its *gate* checks fails (e.g. "this is not a commit message");
-  - judge only:    the RULER score, clamped into [0, 1];
-  - both:          (checks + judge) / 2, and 0 when a gate fails (the judge cannot rescue it);
-  - neither:       None, and the dimension drops out of the weighted mean (e.g. `--judge none`).
+    s_d    = c_d * checks + (1 - c_d) * judge          when the judge scored d
+    s_d    = checks, entering the reward with weight w_d * c_d       when it did not (`--judge none`)
+    reward = sum(weight_d * s_d) / sum(weight_d)       d in format, procedure, correctness
+
+so a judge-intended part of a dimension is never silently replaced by whichever check happens to apply:
+a check that covers a tenth of procedure buys a tenth of procedure's weight. A dimension the skill does
+not judge (SKILL.md `metadata.judge`) is covered whole by its checks (c_d = 1 when any applies). A check
+declared without `covers` (derived checks, markdown-only and older user skills) shares DEFAULT_COVERS of a
+judged dimension with the other such checks that apply: checks and judge half and half, as before.
+A failing *gate* check zeroes its dimension at the dimension's full weight (the judge cannot rescue it);
+a dimension nothing scored drops out.
 
 Checks live with their skill (skills/<name>/checks.py) and are declared with `@check`; more are
 derived from the SKILL.md's own Output Format and Rules (derived.py). They are user
@@ -41,16 +47,23 @@ TIMEOUTS_BEFORE_SKIP = 3
 _timeouts: dict[Callable, int] = {}  # check -> how often it timed out in this process
 
 
-def check(dimension: str, *, gate: bool = False, key: bool = False):
+DEFAULT_COVERS = 0.5  # of a judged dimension: what its applicable checks without `covers` cover together
+
+
+def check(dimension: str, *, gate: bool = False, key: bool = False, covers: float | None = None):
     """Declare a pure function `(output: str, task: Task) -> bool | float | None` as a rubric check.
 
     gate: failing it zeroes its whole dimension. key: report its pass rate in `--eval` tables.
+    covers: the share of its dimension the check covers, in (0, 1] (see the module docstring); None: the
+    checks without it share DEFAULT_COVERS of a judged dimension.
     """
     if dimension not in DIMENSIONS:
         raise ValueError(f"check dimension must be one of {DIMENSIONS}, got {dimension!r}")
+    if covers is not None and not (isinstance(covers, numbers.Real) and 0 < covers <= 1):
+        raise ValueError(f"check covers must be a number in (0, 1], got {covers!r}")
 
     def mark(fn: Callable[[str, Task], CheckResult]):
-        fn.dimension, fn.gate, fn.key = dimension, gate, key
+        fn.dimension, fn.gate, fn.key, fn.covers = dimension, gate, key, covers
         return fn
 
     return mark
@@ -84,6 +97,8 @@ class Score:
     by_judge: Mapping[str, float] = MappingProxyType({})  # per dimension: the judge's score, where it scored
     gated: tuple[str, ...] = ()  # dimensions whose gate check failed
     check_errors: Mapping[str, str] = MappingProxyType({})  # checks that gave no valid result: scored as failing
+    covers: Mapping[str, float] = MappingProxyType({})  # per dimension: c_d, the share its applicable checks cover
+    repeated: float = 0.0  # share of the output's text repeated verbatim for other tasks (repeats.py); taken off
 
     def metrics(self) -> dict[str, float]:
         """Trajectory metrics. A dimension or check that was not scored is left out, so ART's
@@ -93,6 +108,8 @@ class Score:
         out.update({f"check/{k}": float(v) for k, v in self.checks.items() if v is not None})
         out.update({f"by_checks/{d}": v for d, v in self.by_checks.items()})
         out.update({f"by_judge/{d}": v for d, v in self.by_judge.items()})
+        out.update({f"covers/{d}": v for d, v in self.covers.items()})
+        out["repeated"] = self.repeated
         out["format_gate_failed"] = float("format" in self.gated)
         return out
 
@@ -199,19 +216,38 @@ def reference_problems(skill: Skill) -> list[str]:
     return lines
 
 
-def dimension_scores(fns: list[Callable], results: Mapping[str, CheckResult]) -> dict[str, tuple[float | None, bool]]:
-    """Per dimension: (mean of applicable checks or None, whether a gate failed)."""
+@dataclass(frozen=True)
+class Dimension:
+    """What the checks say about one dimension of one output."""
+
+    checks: float | None  # covers-weighted mean of the applicable checks; None when none applies
+    covers: float  # c_d: the share of the dimension they cover, in [0, 1]
+    gated: bool  # a gate check failed
+
+
+def coverage(fns: list[Callable], results: Mapping[str, CheckResult],
+             judged: tuple[str, ...] = DIMENSIONS) -> dict[str, Dimension]:
+    """Per dimension, the checks' score and coverage for one output (the module docstring's c_d). `judged`: the
+    dimensions the skill means a judge to score; any other is covered whole by the checks that apply."""
     out = {}
     for d in DIMENSIONS:
-        vals, gated = [], False
-        for fn in fns:
-            v = results.get(fn.__name__)
-            if fn.dimension != d or v is None:
-                continue
-            vals.append(float(v))
-            gated |= fn.gate and not v
-        out[d] = (sum(vals) / len(vals) if vals else None, gated)
+        applicable = [(fn, float(results[fn.__name__])) for fn in fns
+                      if fn.dimension == d and results.get(fn.__name__) is not None]
+        gated = any(fn.gate and not v for fn, v in applicable)
+        unlabelled = sum(getattr(fn, "covers", None) is None for fn, _ in applicable)
+        weights = [getattr(fn, "covers", None) or DEFAULT_COVERS / unlabelled for fn, _ in applicable]
+        total = sum(weights)
+        if not total:
+            out[d] = Dimension(None, 0.0, gated)
+            continue
+        score = sum(w * v for w, (_, v) in zip(weights, applicable)) / total
+        out[d] = Dimension(score, min(1.0, total) if d in judged else 1.0, gated)
     return out
+
+
+def dimension_scores(fns: list[Callable], results: Mapping[str, CheckResult]) -> dict[str, tuple[float | None, bool]]:
+    """Per dimension: (covers-weighted mean of applicable checks or None, whether a gate failed)."""
+    return {d: (x.checks, x.gated) for d, x in coverage(fns, results).items()}
 
 
 def clamp(x) -> float | None:
@@ -228,25 +264,28 @@ def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult
     """Fold check results and (optional) judge scores into a Score, by the formula in the docstring."""
     judge_scores = judge_scores or {}
     dims: dict[str, float | None] = {}
-    by_checks, gates = {}, []
-    for d, (det, gated) in dimension_scores(fns, results).items():
+    weight: dict[str, float] = {}
+    by_checks, gates, covered = {}, [], {}
+    for d, x in coverage(fns, results, skill.judged).items():
         j = judge_scores.get(d)
-        if det is not None:
-            by_checks[d] = det
-        if gated:
-            dims[d] = 0.0
+        if x.checks is not None:
+            by_checks[d], covered[d] = x.checks, x.covers
+        if x.gated:
+            dims[d], weight[d] = 0.0, 1.0
             gates.append(d)
-        elif det is not None and j is not None:
-            dims[d] = (det + j) / 2
+        elif j is not None:
+            dims[d], weight[d] = (j if x.checks is None else x.covers * x.checks + (1 - x.covers) * j), 1.0
+        elif x.checks is not None:
+            dims[d], weight[d] = x.checks, x.covers
         else:
-            dims[d] = det if det is not None else j
-    scored = [d for d in DIMENSIONS if dims[d] is not None and skill.weights[d] > 0]
-    total = sum(skill.weights[d] for d in scored)
-    reward = sum(skill.weights[d] * dims[d] for d in scored) / total if total else 0.0
+            dims[d] = None
+    scored = [d for d in DIMENSIONS if dims[d] is not None and skill.weights[d] * weight[d] > 0]
+    total = sum(skill.weights[d] * weight[d] for d in scored)
+    reward = sum(skill.weights[d] * weight[d] * dims[d] for d in scored) / total if total else 0.0
     return Score(dims["format"], dims["procedure"], dims["correctness"], reward,
                  MappingProxyType(dict(results)), explanation, bool(judge_scores),
                  MappingProxyType(by_checks), MappingProxyType(dict(judge_scores)), tuple(gates),
-                 MappingProxyType(dict(getattr(results, "errors", {}))))
+                 MappingProxyType(dict(getattr(results, "errors", {}))), MappingProxyType(covered))
 
 
 def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:

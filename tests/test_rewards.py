@@ -1,5 +1,6 @@
 """The reward: the documented formula, and that it tells good outputs from their corruptions."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -36,7 +37,63 @@ SKILL = SKILLS["git-commit"]  # weights 0.3 / 0.4 / 0.3
 def test_reward_is_the_weighted_mean_over_scored_dimensions():
     s = combine(SKILL, FNS, run_checks(FNS, "ok", None))
     assert (s.format, s.procedure, s.correctness) == (1.0, None, 0.5)
-    assert s.reward == pytest.approx((0.3 * 1.0 + 0.3 * 0.5) / 0.6) and not s.judged
+    # correctness is judged (git-commit's `judge:`): without the judge, a check without `covers` carries
+    # DEFAULT_COVERS (half) of its weight; format, not judged, is covered whole by its checks
+    assert s.covers == {"format": 1.0, "correctness": 0.5}
+    assert s.reward == pytest.approx((0.3 * 1.0 + 0.15 * 0.5) / 0.45) and not s.judged
+
+
+@check("procedure", covers=0.1)
+def _tenth(output, task):
+    return True
+
+
+@check("correctness", covers=0.3)
+def _third(output, task):
+    return output.endswith("!")
+
+
+@check("correctness", covers=0.9)
+def _most(output, task):
+    return None if "?" in output else 1.0
+
+
+def test_without_the_judge_a_check_buys_only_the_share_of_its_dimension_it_covers():
+    fns = [_gate, _tenth]
+    alone = combine(SKILL, fns, run_checks(fns, "ok", None))
+    assert alone.procedure == 1.0 and alone.covers["procedure"] == pytest.approx(0.1)
+    assert alone.reward == pytest.approx((0.3 * 1.0 + 0.04 * 1.0) / 0.34)
+    failing = combine(SKILL, [_gate, _tenth, _third], run_checks([_gate, _tenth, _third], "ok", None))
+    assert failing.reward == pytest.approx((0.3 + 0.04) / (0.3 + 0.04 + 0.09))  # the 0.3-covering check failed
+
+
+def test_with_the_judge_checks_take_their_coverage_and_the_judge_the_rest():
+    fns = [_gate, _tenth, _third]
+    s = combine(SKILL, fns, run_checks(fns, "ok!", None), {"procedure": 0.0, "correctness": 0.5})
+    assert s.procedure == pytest.approx(0.1 * 1.0 + 0.9 * 0.0)
+    assert s.correctness == pytest.approx(0.3 * 1.0 + 0.7 * 0.5)
+    assert s.reward == pytest.approx(0.3 * 1.0 + 0.4 * 0.1 + 0.3 * 0.65)
+
+
+def test_coverage_adds_up_over_the_checks_that_apply_and_saturates_at_one():
+    fns = [_gate, _third, _most]
+    both = combine(SKILL, fns, run_checks(fns, "ok", None), {"correctness": 1.0})
+    assert both.covers["correctness"] == 1.0 and both.correctness == pytest.approx(0.9 / 1.2)  # judge unused
+    one = combine(SKILL, fns, run_checks(fns, "ok?", None), {"correctness": 1.0})
+    assert one.covers["correctness"] == pytest.approx(0.3) and one.correctness == pytest.approx(0.7)
+
+
+def test_a_dimension_the_skill_does_not_judge_is_covered_whole_by_its_checks():
+    fns = [_gate, _tenth]
+    unjudged = dataclasses.replace(SKILL, judged=("correctness",))
+    s = combine(unjudged, fns, run_checks(fns, "ok", None))
+    assert s.covers["procedure"] == 1.0 and s.reward == pytest.approx(1.0)
+
+
+def test_covers_must_be_a_share():
+    for bad in (0, -0.1, 1.5, "half"):
+        with pytest.raises(ValueError, match="covers must be a number in"):
+            check("format", covers=bad)
 
 
 def test_judge_and_checks_average_within_a_dimension_and_the_judge_fills_the_rest():

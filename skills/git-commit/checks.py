@@ -224,7 +224,7 @@ def said_once(output: str, task) -> bool:
 # ------------------------------------------------------------------ procedure
 
 
-@check("procedure")
+@check("procedure", covers=0.15)  # step 6 of seven, and only its length: the judge reads the rest
 def body_when_nontrivial(output: str, task) -> bool | None:
     """Step 6: a change of more than 10 changed lines gets a body that says why."""
     if parse_diff(task.input).changed_lines <= 10:
@@ -236,7 +236,7 @@ def body_when_nontrivial(output: str, task) -> bool | None:
 # ------------------------------------------------------------------ correctness
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.25)
 def grounded(output: str, task) -> float | None:
     """The subject is about this diff. Its specific words (not filler like "update", "code", "the") are looked up
     in the diff: file names, directories, identifiers and words of any line, versions, and words for the kind of
@@ -269,7 +269,7 @@ def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None) 
     return 0.5 if hits or (scope_hit and words) else 0.0
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.25)
 def type_right(output: str, task) -> bool | None:
     """The type is the expected one or an accepted alternative."""
     if task.expect is None:
@@ -277,7 +277,7 @@ def type_right(output: str, task) -> bool | None:
     return parse(output).type in (task.expect.type, *task.expect.alt_types)
 
 
-@check("correctness")
+@check("correctness", covers=0.1)
 def scope_right(output: str, task) -> bool | None:
     """The scope is the expected one, when the task names one."""
     if task.expect is None or task.expect.scope is None:
@@ -285,7 +285,7 @@ def scope_right(output: str, task) -> bool | None:
     return (parse(output).scope or "").lower() == task.expect.scope
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.15)
 def breaking_right(output: str, task) -> bool | None:
     """The message marks a breaking change exactly when the diff is one (an unparseable header marks nothing right)."""
     if task.expect is None:
