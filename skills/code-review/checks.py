@@ -220,7 +220,7 @@ def detection(findings, defects) -> tuple[float, float, float]:
     return recall, sum(credit) / (hits + cost) if hits + cost else 1.0, cost
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.45)  # the findings against the known defects: most of what correctness is
 def defects_detected(output: str, task) -> float | None:
     """Findings scored as a detector's alarms: F1 = 2PR / (P + R) of recall R (planted defects found, each weighted
     by how tightly its best finding cites it) and precision P (see `detection`). On a clean diff every finding
@@ -233,13 +233,13 @@ def defects_detected(output: str, task) -> float | None:
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.25)
 def verdict_right(output: str, task) -> bool | None:
     """The verdict is the one the task expects."""
     return None if task.expect is None else parse(output).verdict == task.expect.verdict
 
 
-@check("correctness")
+@check("correctness", covers=0.05)
 def no_phantom_lines(output: str, task) -> float | None:
     """Findings on lines or files that are not in the diff are penalised: share of findings that cite real lines."""
     findings = parse(output).findings
@@ -249,7 +249,7 @@ def no_phantom_lines(output: str, task) -> float | None:
 MAX_SUMMARY = 2000  # characters of the summary looked at: three sentences fit many times over
 
 
-@check("correctness")
+@check("correctness", covers=0.1)  # without expect, the summary's grounding is not the review's correctness
 def summary_grounded(output: str, task) -> float | None:
     """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
     one in five found in the diff earns full credit (the references find 21 % or more, another task's summary
@@ -276,11 +276,11 @@ DEFECT_CLASS = frozenset(diffs.key(w) for w in (
     "unicode whitespace trim precision rounding permission authorization authentication order sort type cast "
     "mutation mutate concurrency thread blocking quadratic allocation cache stale duplicate negative zero").replace("-", " ").split())
 CODE_SPAN = re.compile(r"`([^`\n]{1,80})`")
-NEAR = 1  # lines beside a cited range whose words still count as what the finding is about
+NEAR = 3  # lines beside a cited range whose words still count as what the finding is about
 
 
 def _near_text(task, f: Finding) -> str:
-    """The text of the lines a finding cites, one line either side, and the removed lines among them."""
+    """The text of the lines a finding cites, NEAR lines either side, and the removed lines among them."""
     path = f.file.removeprefix("b/").removeprefix("./")
     out, new, inside = [], 0, False
     for line in task.input.split("\n"):
@@ -301,18 +301,22 @@ def _near_text(task, f: Finding) -> str:
 
 def specificity(task, f: Finding) -> float:
     """What a finding says about the lines it cites: 1 for two or more of its specific words that name something
-    on those lines (or next to them) or a class of defect, 0.5 for one, 0 for none ("this is wrong")."""
+    on those lines (or within NEAR lines) or a class of defect, or code spans quoting them, 0.5 for one, 0 for
+    none ("this is wrong")."""
     if f.file is None:
         return 0.0
     said = f.line[f.line.find(f"{f.file}:") + len(f.file) + 1:][:MAX_SUMMARY]
     words, near = diffs.specific_words(said), _near_text(task, f)
     vocab = diffs.vocabulary(near) if words else frozenset()
     hits = sum(diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS for w in words)
-    symbols = {c.strip() for c in CODE_SPAN.findall(said) if not re.search(r"\w", c) and c.strip()}
-    return min(1.0, (hits + sum(s in near for s in symbols)) / 2)
+    near_words = set(diffs.WORD.findall(near))
+    spans = {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}  # `x >= 1`, `remove(0)`: code quoted from the lines
+    quoted = sum(any(w in near_words for w in diffs.WORD.findall(c) if len(w) > 1) if re.search(r"\w", c) else c in near
+                 for c in spans)
+    return min(1.0, (hits + quoted) / 2)
 
 
-@check("correctness")
+@check("correctness", covers=0.1)
 def findings_specific(output: str, task) -> float | None:
     """Each finding says something about the lines it cites: names, operators or values from them, or the class of
     defect (see `specificity`); the mean over findings. A right location with "this is wrong" earns nothing here."""
@@ -320,7 +324,7 @@ def findings_specific(output: str, task) -> float | None:
     return sum(specificity(task, f) for f in findings) / len(findings) if findings else None
 
 
-@check("correctness")
+@check("correctness", covers=0.05)
 def no_false_alarms(output: str, task) -> bool | None:
     """On a clean diff, no finding is marked blocking."""
     if task.expect is None or task.expect.defects:
