@@ -271,7 +271,8 @@ def summary_grounded(output: str, task) -> float | None:
 # Words for a class of defect: a finding that names the class says something even where it names no code.
 DEFECT_CLASS = frozenset(diffs.key(w) for w in (
     "null none nil undefined empty missing boundary bound off-by-one fencepost index overflow underflow race "
-    "lock deadlock leak close closed injection escape escaped unescaped sanitize secret credential token exception "
+    "lock deadlock leak close closed injection sql shell html xss interpolated escape escaped unescaped sanitize "
+    "secret credential token exception "
     "swallowed catch await async timeout retry validate validation regression crash infinite loop encoding "
     "unicode whitespace trim precision rounding permission authorization authentication order sort type cast "
     "mutation mutate concurrency thread blocking quadratic allocation cache stale duplicate negative zero").replace("-", " ").split())
@@ -308,12 +309,16 @@ def specificity(task, f: Finding) -> float:
     said = f.line[f.line.find(f"{f.file}:") + len(f.file) + 1:][:MAX_SUMMARY]
     words, near = diffs.specific_words(said), _near_text(task, f)
     vocab = diffs.vocabulary(near) if words else frozenset()
-    hits = sum(diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS for w in words)
+    said_hits = {w.lower() for w in words if diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS}
     near_words = set(diffs.WORD.findall(near))
-    spans = {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}  # `x >= 1`, `remove(0)`: code quoted from the lines
-    quoted = sum(any(w in near_words for w in diffs.WORD.findall(c) if len(w) > 1) if re.search(r"\w", c) else c in near
-                 for c in spans)
-    return min(1.0, (hits + quoted) / 2)
+    quoted = 0  # `x >= 1`, `remove(0)`: code quoted from the lines, beyond the words already counted
+    for span in {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}:
+        tokens = [w for w in diffs.WORD.findall(span) if len(w) > 1]
+        if tokens:
+            quoted += any(w in near_words for w in tokens) and not any(w.lower() in said_hits for w in tokens)
+        else:
+            quoted += span in near
+    return min(1.0, (len(said_hits) + quoted) / 2)
 
 
 @check("correctness", covers=0.1)
