@@ -186,7 +186,7 @@ def keys(token: str) -> frozenset[str]:
     if token[0].isdigit():
         parts = token.split(".")
         return frozenset({token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, min(len(parts), 4)))})
-    return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)})
+    return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3 or p.isdigit() and len(p) >= 2)})
 
 
 def _path_kinds(path: str) -> set[str]:
@@ -283,3 +283,137 @@ def invented(text: str, vocab: frozenset[str]) -> list[str]:
         if words and 2 * sum(found(w, vocab) for w in words) < len(words):
             out.append(name)
     return out
+
+
+# ------------------------------------------------------------------ specificity (grounding that presence cannot buy)
+# A word "found in the diff" is not yet a word about this diff: `return`, `error`, `name` or `test` are on the
+# changed lines of most diffs, and a file's name is in its path whatever the change did. A word earns grounding
+# by how specific it is to this diff's *changed lines*, contrasted with a background of words that fit nearly
+# every diff (language keywords and the generic nouns of code, written here; not tuned on any task set).
+
+COMMON = frozenset(key(w) for w in (
+    # keywords and literals of the common languages
+    "if else elif for while return import from export default const let var def class function func fn "
+    "public private protected static final void new delete try catch except finally throw throws raise "
+    "async await yield true false null none nil undefined self this super type interface struct enum impl "
+    "package module require include extends implements switch break continue case pub mut use mod match "
+    "int str string bool boolean float double char byte object array dict "
+    # the nouns of any code (the skill's own common words come from its tasks: `background`)
+    "error errors value values name names data".split()))
+
+
+@lru_cache(maxsize=1024)
+def content_vocabulary(diff: str) -> frozenset[str]:
+    """Keys of the words the diff's lines hold (changed and context lines, hunk headers), not its paths, git's
+    markup or the kinds of change: what the code and text of the diff say."""
+    out: set[str] = set()
+    for line in diff.split("\n"):
+        if line.startswith(MARKUP):
+            continue
+        for token in WORD.findall(line):
+            if not (token.isdigit() and len(token) < 2):
+                out |= keys(token)
+                out.add(token.lower())
+    return frozenset(out)
+
+
+@lru_cache(maxsize=1024)
+def file_stems(diff: str) -> frozenset[str]:
+    """Lower-cased words of the changed files' names, without their directories (`src/cli.js` -> cli, js)."""
+    return frozenset(w.lower() for p in parse_diff(diff).files for w in WORD.findall(p.rsplit("/", 1)[-1]))
+
+
+COMMON_SHARE = 0.2  # a word on the changed lines of a fifth or more of the skill's diffs fits them all
+MIN_BACKGROUND = 10  # fewer diffs than this: too few to tell a common word from a specific one
+
+
+@lru_cache(maxsize=8)
+def background(inputs: tuple[str, ...]) -> frozenset[str]:
+    """The words (keys) in the lines of COMMON_SHARE or more of these diffs: what this skill's tasks all
+    say, contrasted with which a word says nothing about one of them. Empty for fewer than MIN_BACKGROUND diffs."""
+    if len(inputs) < MIN_BACKGROUND:
+        return frozenset()
+    counts: dict[str, int] = {}
+    for diff in set(inputs):
+        for k in content_vocabulary(diff):
+            counts[k] = counts.get(k, 0) + 1
+    return frozenset(k for k, n in counts.items() if n >= COMMON_SHARE * len(set(inputs)))
+
+
+def current_background() -> frozenset[str]:
+    """`background` of the skill's tasks being scored (empty outside scoring, or for a small skill)."""
+    from .rubric import task_inputs  # the skill's tasks while scoring (rubric.scoring)
+
+    inputs = task_inputs()
+    return background(inputs) if inputs else frozenset()
+
+
+def common(word: str, contrast: frozenset[str] = frozenset()) -> bool:
+    """A word that fits nearly every diff: in COMMON, or on the changed lines of a fifth or more of the skill's
+    diffs (`contrast`, from `background`), by its key; a compound name (`LruCache`) only by itself."""
+    if CAMEL.search(word):
+        return word.lower() in contrast
+    return key(word) in COMMON or word.lower() in COMMON or (bool(contrast) and (key(word) in contrast or word.lower() in contrast))
+
+
+def specificity(word: str, diff: str, contrast: frozenset[str] | None = None) -> float:
+    """How much `word` says about this diff: 1 for a word of its lines or paths that the skill's other diffs do not
+    all have, or a word for a narrow kind of change the whole diff is (formatting only, Docker only: `reindent`,
+    `image`); 0.5 for a common word (`error`, `value`, or in a repository of release tools `release`), or a word
+    for a broad kind of change (`tests`, `docs`, `workflow`, `dependencies`: they fit a third of some
+    repositories' commits); 0 when not found. `contrast`: the background (`background`; default: the current
+    one). A subject made of file names alone, or a list of names, is held down by its checks (is_list)."""
+    return _specificity(word, diff, current_background() if contrast is None else contrast)
+
+
+NARROW_KINDS = ("format", "docker")
+
+
+@lru_cache(maxsize=65536)
+def _specificity(word: str, diff: str, contrast: frozenset[str]) -> float:
+    if found(word, content_vocabulary(diff)) or found(word, path_words(diff)):
+        return 0.5 if common(word, contrast) else 1.0
+    if not found(word, vocabulary(diff)):
+        return 0.0
+    for kind, words in _kind_words(diff).items():
+        if found(word, words) and kind in NARROW_KINDS and _whole(diff, kind):
+            return 1.0
+    return 0.5
+
+
+@lru_cache(maxsize=1024)
+def path_words(diff: str) -> frozenset[str]:
+    """Lower-cased words of the changed files' paths, and their keys."""
+    out: set[str] = set()
+    for p in parse_diff(diff).files:
+        for w in WORD.findall(p):
+            out.add(w.lower())
+            out |= keys(w)
+    return frozenset(out)
+
+
+def _whole(diff: str, kind: str) -> bool:
+    """The whole diff is of this kind: every changed file (or, for formatting, every changed line)."""
+    return kind == "format" or all(kind in _path_kinds(p) for p in parse_diff(diff).files)
+
+
+@lru_cache(maxsize=1024)
+def _kind_words(diff: str) -> dict[str, frozenset[str]]:
+    return {kind: frozenset(key(w) for w in KIND_WORDS[kind].split()) for kind in kinds(diff)}
+
+
+LIST_SPLIT = re.compile(r",\s*|\s+and\s+|\s*[;+&|]\s*")
+
+
+def is_list(text: str) -> bool:
+    """Whether `text` lists names rather than saying something: split at commas, 'and', ';', '+', '&', '|'
+    (a leading verb dropped): two or more items of one word each, or three or more of at most two words
+    (`update foo.ts, bar.ts and baz`, `fooBar and bazQux`; not `add retries to the client`)."""
+    items = [i.strip() for i in LIST_SPLIT.split(text.strip()) if i.strip()]
+    if len(items) < 2:
+        return False
+    first = items[0].split()
+    items[0] = " ".join(first[1:]) if len(first) > 1 else items[0]  # "update a, b": the verb is not an item
+    if any(w in FILLER for i in items for w in i.lower().split()):  # "x and more": a sentence, not names
+        return False
+    return all(len(i.split()) == 1 for i in items) or len(items) >= 3 and all(len(i.split()) <= 2 for i in items)

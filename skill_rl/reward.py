@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .rubric import CheckResults, Score, clamp, combine, run_checks_group, skill_checks, where
+from .rubric import CheckResults, Score, clamp, combine, run_checks_group, scoring, skill_checks, where
 from .keys import redact
 from .skills import Skill, Task
 from .usage import JudgeUsage, recording
@@ -242,7 +242,8 @@ class Scorer:
         """Checks for every output; then, per judged dimension, one RULER call over the group's distinct outputs
         (identical outputs share one judgement). A group of identical outputs is not judged: it ranks nothing."""
         start = time.perf_counter()
-        results = run_checks_group(self.fns, outputs, task)
+        with scoring(self.skill):
+            results = run_checks_group(self.fns, outputs, task)
         self._tally(results)
         dims = self.judged_dimensions
         out = GroupResult([combine(self.skill, self.fns, r) for r in results])

@@ -33,6 +33,8 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -67,6 +69,25 @@ def check(dimension: str, *, gate: bool = False, key: bool = False, covers: floa
         return fn
 
     return mark
+
+
+_TASK_INPUTS: ContextVar[tuple[str, ...]] = ContextVar("task_inputs", default=())
+
+
+def task_inputs() -> tuple[str, ...]:
+    """The inputs of every task of the skill being scored, for checks that contrast this task with the others
+    (what every diff says is not specific to one: skill_rl/diffs.py `specificity`). Empty outside scoring."""
+    return _TASK_INPUTS.get()
+
+
+@contextmanager
+def scoring(skill: Skill):
+    """Within it, `task_inputs()` is the skill's task inputs (score_offline and the Scorer score inside it)."""
+    token = _TASK_INPUTS.set(tuple(t.input for t in skill.tasks))
+    try:
+        yield
+    finally:
+        _TASK_INPUTS.reset(token)
 
 
 def skill_checks(skill: Skill) -> list[Callable]:
@@ -291,4 +312,5 @@ def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult
 def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:
     """Deterministic-only scores (the `--judge none` path, and the fallback when the judge fails)."""
     fns = skill_checks(skill)
-    return [combine(skill, fns, r) for r in run_checks_group(fns, outputs, task)]
+    with scoring(skill):
+        return [combine(skill, fns, r) for r in run_checks_group(fns, outputs, task)]

@@ -87,7 +87,8 @@ STYLE = [
     ("specific_subject", "fix: correct typo in README", True, "says what changed"),
     ("blank_line_after_header", "fix: x\nbody", False, "body glued to the header"),
     ("blank_line_after_header", "fix: x\n\nbody", True, "one blank line"),
-    ("blank_line_after_header", "fix: x", None, "no body, nothing to check"),
+    ("blank_line_after_header", "fix: x", True, "no body passes: adding one must never make it apply"),
+    ("body_wrapped", "fix: x", True, "no body passes: adding one must never make it apply"),
     ("body_wrapped", "fix: x\n\n" + "w " * 36, True, "72 characters"),
     ("body_wrapped", "fix: x\n\n" + "w" * 73, False, "73 characters"),
     ("body_wrapped", "fix: x\n\n" + URL_LINE, True, "URL lines are exempt"),
@@ -168,10 +169,33 @@ def test_correctness_checks_are_not_scored_without_expect():
 
 def test_body_required_only_for_nontrivial_diffs():
     small = "diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1,1 +1,1 @@\n-x\n+y\n"
-    big = "diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1,0 +1,12 @@\n" + "".join(f"+line {i}\n" for i in range(12))
+    big = ("diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1,0 +1,12 @@\n"
+           + "".join(f"+cache.evict(stale_rows[{i}])  # after rename\n" for i in range(12)))
+    assert checks.body_when_nontrivial("fix: x", task(diff=big.replace("+cache", "+x"))) is False
     assert checks.body_when_nontrivial("fix: x", task(diff=small)) is None
     assert checks.body_when_nontrivial("fix: x", task(diff=big)) is False
     assert checks.body_when_nontrivial("fix: x\n\nThe cache kept stale rows after a rename.", task(diff=big)) is True
+
+
+BOILERPLATE = ("This change improves the overall quality and maintainability of the\n"
+               "code base, and keeps the behaviour consistent with the project.")
+
+
+def test_a_generic_paragraph_never_counts_as_a_body():
+    big = "diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1,0 +1,12 @@\n" + "".join(f"+retry_delay = {i}\n" for i in range(12))
+    assert checks.body_when_nontrivial(f"fix: back off between retries\n\n{BOILERPLATE}", task(diff=big)) is False
+    said_again = "fix: raise the retry delay\n\nfix: raise the retry delay"  # the header again says nothing new
+    assert checks.body_when_nontrivial(said_again, task(diff=big)) is False
+    told = "fix: back off between retries\n\nA fixed retry delay hammered the server; grow it each time."
+    assert checks.body_when_nontrivial(told, task(diff=big)) is True
+    assert checks.body_when_nontrivial(f"{told}\n\n{BOILERPLATE}", task(diff=big)) is True
+
+
+def test_a_breaking_change_footer_is_body_text():
+    big = ("diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1,0 +1,12 @@\n"
+           + "".join(f"+retry_delay = {i}  # seconds, not milliseconds\n" for i in range(12)))
+    footer = "feat!: grow the retry delay\n\nBREAKING CHANGE: retry_delay is now in seconds, not milliseconds"
+    assert checks.body_when_nontrivial(footer, task(diff=big)) is True
 
 
 LIMIT_DIFF = ("diff --git a/app/limits.py b/app/limits.py\n--- a/app/limits.py\n+++ b/app/limits.py\n"

@@ -112,15 +112,19 @@ def commitlint_errors(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ format
+# The skill does not ask the judge for format, so these checks cover it whole and `covers` only weighs them
+# against each other: being a commit message at all (the gate), only the message, said once, a subject that says
+# something, and the header's length weigh more than the style points (imperative mood, blank line, wrapping),
+# so that fixing a style point never outweighs what a subject says (grounded, correctness).
 
 
-@check("format", gate=True, key=True)
+@check("format", gate=True, key=True, covers=0.25)
 def conventional(output: str, task) -> bool:
     """commitlint with config-conventional reports no error. Failing this zeroes format: not a commit message."""
     return not commitlint_errors(output)
 
 
-@check("format")
+@check("format", covers=0.1)
 def header_fits(output: str, task) -> bool:
     """The first line is at most 72 characters (the skill's limit; commitlint allows 100). A breaking `!` is
     not counted, so that dropping it never buys this check."""
@@ -133,7 +137,7 @@ SPECIAL_ING = frozenset("bring string ring sing swing thing".split())
 NOT_VERBS = frozenset("this the a an these some various misc minor small new more code changes updated initial".split())
 
 
-@check("format")
+@check("format", covers=0.05)
 def imperative(output: str, task) -> bool | None:
     """The subject opens with an imperative verb ("add"), not "added", "adds", "adding" or "this"."""
     subject = parse(output).subject
@@ -155,9 +159,10 @@ VAGUE = frozenset("update updates updated fix fixes fixed change changes changed
 FILLER = diffs.FILLER | VAGUE  # words that name nothing in particular, for `grounded`
 
 
-@check("format")
+@check("format", covers=0.15)
 def specific_subject(output: str, task) -> bool | None:
-    """The subject says what changed: at least two words, not only vague ones ("update code", "fix bug")."""
+    """The subject says what changed: at least two words, not only vague ones ("update code", "fix bug"), and not
+    only the names of the files it touched or a list of names ("update package.json", "fooBar, bazQux")."""
     subject = parse(output).subject
     if not subject:
         return None
@@ -166,27 +171,34 @@ def specific_subject(output: str, task) -> bool | None:
         w = word[0].strip(".,:;!?()[]`'\"")
         count, specific = count + bool(w), specific or (bool(w) and w not in VAGUE)
         if count >= 2 and specific:
-            return True
+            return not (task is not None and _names_only(subject[:200], task.input))
     return False
 
 
-@check("format")
+@lru_cache(maxsize=8192)
+def _names_only(subject: str, diff: str) -> bool:
+    """A list of names, or a subject whose every specific word is a word of a changed file's name."""
+    stems = diffs.file_stems(diff)
+    words = diffs.specific_words(subject, FILLER)
+    return diffs.is_list(subject) or bool(words) and all(w.lower() in stems for w in words)
+
+
+@check("format", covers=0.05)
 def blank_line_after_header(output: str, task) -> bool | None:
-    """A body or footer is separated from the header by one blank line."""
+    """A body or footer is separated from the header by one blank line (a header alone passes: adding a body
+    must never be what makes this check apply and raise the format mean)."""
     rest = parse(output).rest
-    return None if not rest else rest[0].strip() == "" and (len(rest) == 1 or rest[1].strip() != "")
+    return not rest or rest[0].strip() == "" and (len(rest) == 1 or rest[1].strip() != "")
 
 
-@check("format")
+@check("format", covers=0.05)
 def body_wrapped(output: str, task) -> bool | None:
-    """Body and footer lines are at most 72 characters (lines holding a URL are exempt)."""
+    """Body and footer lines are at most 72 characters (lines holding a URL are exempt); a header alone passes."""
     rest = parse(output).rest
-    if not any(line.strip() for line in rest):
-        return None
     return all(len(line) <= 72 or URL.search(line) for line in rest)
 
 
-@check("format")
+@check("format", covers=0.1)
 def breaking_marked_both_ways(output: str, task) -> float | None:
     """On a breaking change (`expect.breaking`): 1 for `!` in the header and a `BREAKING CHANGE:` footer, 0.5 for
     one of them, 0 for neither. Without `expect` the checks cannot tell a breaking diff from any other, so no
@@ -200,7 +212,7 @@ def breaking_marked_both_ways(output: str, task) -> float | None:
 FENCE_OR_PROSE = re.compile(r"^(```|~~~|#+ |\*\*|here(?:'s| is)\b|this commit\b|commit message:|sure\b|note:)", re.I | re.M)
 
 
-@check("format")
+@check("format", covers=0.15)
 def message_only(output: str, task) -> bool:
     """No code fences, headings, bold text or chatter ("Here is...") anywhere in the output, and no words
     for the grader ("score this 1.0", `</trajectory>`): a commit log has no reader to persuade."""
@@ -210,7 +222,7 @@ def message_only(output: str, task) -> bool:
 MAX_MESSAGE = 2000  # characters: four times the longest reference message; a log entry, not an essay
 
 
-@check("format")
+@check("format", covers=0.1)
 def said_once(output: str, task) -> bool:
     """One message, said once: the header does not come back in the body, no line of 20 or more characters
     is repeated, and the whole message is at most 2,000 characters."""
@@ -226,47 +238,81 @@ def said_once(output: str, task) -> bool:
 
 @check("procedure", covers=0.15)  # step 6 of seven, and only its length: the judge reads the rest
 def body_when_nontrivial(output: str, task) -> bool | None:
-    """Step 6: a change of more than 10 changed lines gets a body that says why."""
+    """Step 6: a change of more than 10 changed lines gets a body, of at least 5 words, that says something
+    about this diff. Only paragraphs that do count (`telling_words`: two words of the diff, or one in four of
+    their words, and not the header again), so a generic paragraph ("improves quality and maintainability") or the
+    header said again buys nothing; a `BREAKING CHANGE:` footer is body text like any other paragraph."""
     if parse_diff(task.input).changed_lines <= 10:
         return None
+    return telling_words(output, task.input) >= 5
+
+
+TELLING_SHARE = 4  # or when one in four of its specific words is, in a short paragraph
+
+
+def telling_words(output: str, diff: str) -> int:
+    """Words after the header in paragraphs that say something about this diff that the header does not (see
+    body_when_nontrivial): the header said again, or a paragraph of generic words, counts nothing."""
     msg = parse(output)
-    return msg.body_words >= 5
+    return _telling(msg.header[:200], "\n".join(msg.rest)[:MAX_MESSAGE], diff, diffs.current_background())
+
+
+@lru_cache(maxsize=8192)
+def _telling(header: str, rest: str, diff: str, contrast: frozenset[str]) -> int:
+    subject = header.partition(": ")[2].strip()
+    count = 0
+    for paragraph in re.split(r"\n[ \t]*\n", rest):
+        if subject and subject in paragraph:  # the header said again
+            continue
+        text = BREAKING_NOTE.sub("", paragraph)
+        words = diffs.specific_words(text, FILLER)
+        found = {w.lower() for w in words if diffs.specificity(w, diff, contrast) >= 0.5}
+        if len(found) >= 2 or found and TELLING_SHARE * len(found) >= len(words):
+            count += len(text.split())
+    return count
 
 
 # ------------------------------------------------------------------ correctness
 
 
-@check("correctness", key=True, covers=0.25)
+@check("correctness", key=True, covers=0.4)
 def grounded(output: str, task) -> float | None:
-    """The subject is about this diff. Its specific words (not filler like "update", "code", "the") are looked up
-    in the diff: file names, directories, identifiers and words of any line, versions, and words for the kind of
-    change it is (tests, docs, CI, dependencies, Docker, formatting); the scope counts as one more word, found
-    when the diff names it or it is the expected scope. 1 when the subject finds something, at least a third
-    of all these words are found, and every code name it gives (`LruCache`, `load_config`, `v2.1`) is in the
-    diff; 0.5 when less is found or a name is invented; 0 when nothing is found, or the subject says nothing
-    specific ("update code", "misc changes")."""
+    """The subject is about this diff, in words specific to it. Each specific word of the subject (not filler like
+    "update", "code", "the") earns what it says about this diff (skill_rl/diffs.py `specificity`): 1 for a word of
+    the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only or
+    Docker-only change), 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the skill's
+    diffs) or a word for a broad kind of change (tests, docs, CI, dependencies), 0 for a word the diff lacks. The subject earns its best word: grounding saturates, so
+    more names never add. It is held to 0.5 when fewer than a third of its words (and scope) are found or it gives
+    a code name the diff lacks (`LruCache`, `load_config`), and to 0.25 when it is a list of names
+    (`update a.ts, b.ts and c`) or only the changed files' names (`update package.json`) rather than a sentence. 0 for a subject with nothing specific ("update code")."""
     msg = parse(output)
     if msg.subject is None:
         return 0.0
     # a header past 100 characters already fails the gate: looking further would only cost time
-    return _grounding(msg.subject[:200], (msg.scope or "")[:200], task.input, task.expect.scope if task.expect else None)
+    return _grounding(msg.subject[:200], (msg.scope or "")[:200], task.input, task.expect.scope if task.expect else None,
+                      diffs.current_background())
 
 
-FOUND_SHARE = 3  # full credit when one in three of the subject's specific words (and scope) is found
+FOUND_SHARE = 3  # held to 0.5 unless one in three of the subject's specific words (and scope) is found
+LIST_CREDIT = 0.25  # the most a list of names earns
 
 
 @lru_cache(maxsize=8192)
-def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None) -> float | None:
+def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None, contrast=frozenset()) -> float | None:
     vocabulary = diffs.vocabulary(diff)
     if not vocabulary:
         return None
     words = diffs.specific_words(subject, FILLER)
-    hits = sum(diffs.found(w, vocabulary) for w in words)
+    credits = [diffs.specificity(w, diff, contrast) for w in words]
+    hits = sum(c > 0 for c in credits)
     scope_hit = bool(scope) and (scope.lower() == expected_scope
                                  or any(diffs.found(w, vocabulary) for w in diffs.WORD.findall(scope) if len(w) > 1))
-    if hits and FOUND_SHARE * (hits + scope_hit) >= len(words) + bool(scope) and not diffs.invented(subject, vocabulary):
-        return 1.0
-    return 0.5 if hits or (scope_hit and words) else 0.0
+    best = max(credits, default=0.0)
+    if not best:
+        return 0.25 if scope_hit and words else 0.0  # the scope names the area, the subject nothing of the diff
+    if FOUND_SHARE * (hits + scope_hit) < len(words) + bool(scope) or diffs.invented(subject, vocabulary):
+        best = min(best, 0.5)
+    return min(best, LIST_CREDIT) if _names_only(subject, diff) else best
 
 
 @check("correctness", key=True, covers=0.25)
