@@ -233,6 +233,7 @@ class Commit:
     skip: str | None = None  # a reason the core skips it before the hook sees it
     later: tuple[Commit, ...] = field(default=(), repr=False)  # the next commits of the walk, newer, at most `window`
     window: int = 0  # --clean-window: fewer `later` commits than this means the walk ended
+    _diffs: dict = field(default_factory=dict, repr=False)  # diff_of's answers
 
     @classmethod
     def parse(cls, repo: Repo, sha: str, raw: bytes | None) -> Commit:
@@ -276,9 +277,19 @@ class Commit:
         return parse_diff(self.diff)
 
     def diff_of(self, paths) -> str:
-        """`diff`, for only these of `files` (not cached; the same bounds and Skip reasons)."""
-        wanted = set(paths)
-        return _diff(self, [f for f in self.files if f.excluded is None and f.path in wanted])
+        """`diff`, for only these of `files` (the same bounds and Skip reasons; the last few asked are kept)."""
+        wanted = tuple(sorted(set(paths)))
+        if wanted not in self._diffs:
+            try:
+                self._diffs[wanted] = _diff(self, [f for f in self.files if f.excluded is None and f.path in wanted])
+            except Skip as e:
+                self._diffs[wanted] = e
+            while len(self._diffs) > 4:
+                self._diffs.pop(next(iter(self._diffs)))
+        got = self._diffs[wanted]
+        if isinstance(got, Skip):
+            raise got
+        return got
 
 
 def _exclusion(path: str, raw_mode: str, binary: bool) -> str | None:
