@@ -45,6 +45,12 @@ def added_blocking(task) -> str | None:
     return task.reference.replace("\n\n## Verdict", extra + "\n\n## Verdict") if free else None
 
 
+def net(diff: str) -> int:
+    """Lines added minus lines removed."""
+    lines = [ln for ln in diff.split("\n") if not ln.startswith(("+++ ", "--- "))]
+    return sum(ln[:1] == "+" for ln in lines) - sum(ln[:1] == "-" for ln in lines)
+
+
 def rate(skill, pairs, strictly_above=False) -> str:
     hits = 0
     for task, good, bad in pairs:
@@ -82,6 +88,10 @@ def main(paths: list[str]) -> None:
     ]
     for what, value in rows:
         print(f"  {what:72} {value}")
+    for name, group in (("reversed fixes", fixes), ("clean commits", clean)):
+        shrinking = sum(net(t.input) < 0 for t in group)
+        print(f"  {name} whose diff removes more lines than it adds: {shrinking}/{len(group)}"
+              f" ({shrinking / max(1, len(group)):.0%}): a tell a policy could learn instead of the code")
     covers = [score_offline(skill, t, [exploits.lgtm(None, t)])[0].covers.get("correctness", 0.0) for t in bare]
     print(f"  without expect, the checks cover at most {max(covers):.2f} of an LGTM's correctness (the rest is the judge's)")
 
