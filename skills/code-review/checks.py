@@ -544,6 +544,8 @@ def _fix_task(commit, path: str, diff: str) -> dict | str:
     lines = [_shown(shown, path, a, b) for a, b in fixed_ranges(diff)]
     if not lines or None in lines:
         return "reintroduced lines are not all shown in the diff"
+    if len(runs(diff)) != len(lines):
+        return "a fix whose runs of changes this reader does not follow"
     findings, subject = [], _subject(commit.message)
     for (_, bad, _, good), span in zip(runs(diff), lines):
         what = f"keep {_quote(good)} as the fix has it" if good else f"drop {_quote(bad)}"
