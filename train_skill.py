@@ -31,8 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import backends, flags, keys, mining, warmstart
+from skill_rl import backends, flags, keys, mining, repeats, warmstart
 from skill_rl.cli import Exit
+from skill_rl.rubric import checks_only_problem
 from skill_rl.runlock import RunLock, Stopper
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
@@ -57,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     j = p.add_argument_group("judge (RULER)")
     j.add_argument("--judge", choices=("ruler", "none"), default=None,
                    help="'none' scores offline: checks only (default ruler; --backend cpu: none unless a judge is set up)")
+    j.add_argument("--format-only-reward", action="store_true",
+                   help="train with --judge none even when the checks cover little of correctness (raw tasks without "
+                        "`expect`, a markdown-only skill): the reward then pays mostly for form")
     j.add_argument("--judge-model", default=None, help="LiteLLM model id (default openai/gpt-4.1-mini; with --judge-base-url, openai/<served name>)")
     j.add_argument("--judge-base-url", type=flags.url, default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
     j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
@@ -206,6 +210,7 @@ async def train(args, skill, judge, sft) -> int:
                           f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
                           "run the same command to resume")
         stats["dropped"] = len(batch_tasks) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
+        repeats.apply_to_groups(groups)  # text repeated across the step's tasks is paid for nowhere (repeats.py)
         for k, v in stats.items():  # training and validation alike
             totals[k] += v
         return groups, stats, scorer.usage.since(mark)  # the judge's tokens and cost for this batch
@@ -323,6 +328,9 @@ def run(args) -> int:
 
             return evaluate.run(skill, args, make_judge(args))
         by_default = args.sft is None
+        said_none = args.judge == "none"  # asked for; the CPU backend may also default to it (fill_defaults)
+        if said_none and not args.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
+            raise Exit(2, problem)
         try:
             picked = backends.pick_backend(args.backend)
         except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
@@ -331,6 +339,8 @@ def run(args) -> int:
         sft = warmstart.prepare(args, skill, by_default)  # --sft flags and files: every problem, before anything runs
         plan = backends.plan(args, skill, picked)  # no way to train, or a base model the backend refuses: exit 2
         args.backend, args.base_model = plan.kind, plan.base_model
+        if args.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
+            print(f"note: {problem}", file=sys.stderr)  # a CPU rehearsal's default: said, not refused
         judge = make_judge(args)
         args.run_name = args.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', args.base_model.split('/')[-1].lower())}"
         print(plan.describe())

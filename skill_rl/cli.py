@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .console import literal
 from .derived import derive
-from .rubric import reference_problems
+from .rubric import checks_cover, reference_problems
 from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir)
 
@@ -89,6 +89,12 @@ def print_check(skill: Skill) -> int:
         table.add_row(split, str(len(tasks)), str(sum(t.expect is not None for t in tasks)),
                       str(sum(t.reference is not None for t in tasks)))
     console.print(table)
+    covers = checks_cover(skill, skill.split("train"))
+    console.print(literal("checks cover, on the train tasks (the rest is the judge's; --judge none pays only this): "
+                          + ", ".join(f"{d} {covers[d]:.0%}" for d in DIMENSIONS)), soft_wrap=True)
+    if not any(t.expect is not None for t in skill.tasks) and skill.checks is not None and hasattr(skill.checks, "Expect"):
+        console.print(literal("no task has `expect`: what checks.py compares with it (type, scope, ...) is unchecked"),
+                      soft_wrap=True)
     console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid"),
                   soft_wrap=True)
     return 0

@@ -152,10 +152,13 @@ def _is_item(line: str) -> bool:
 # ------------------------------------------------------------------ check factories
 
 
+DERIVED_COVERS = 0.15  # one sentence of SKILL.md checked: of a judged dimension, a small part (rubric.py)
+
+
 def _make(name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: bool = False):
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
-    return check(dimension, gate=gate, key=key)(fn)
+    return check(dimension, gate=gate, key=key, covers=DERIVED_COVERS)(fn)
 
 
 def headings_check(wanted: list[tuple[int, str]], shown: list[str]):

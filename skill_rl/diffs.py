@@ -186,7 +186,7 @@ def keys(token: str) -> frozenset[str]:
     if token[0].isdigit():
         parts = token.split(".")
         return frozenset({token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, min(len(parts), 4)))})
-    return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3 or p.isdigit() and len(p) >= 2)})
+    return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)})
 
 
 def _path_kinds(path: str) -> set[str]:
@@ -327,15 +327,14 @@ COMMON_SHARE = 0.2  # a word on the changed lines of a fifth or more of the skil
 MIN_BACKGROUND = 10  # fewer diffs than this: too few to tell a common word from a specific one
 
 
-@lru_cache(maxsize=8)
 def background(inputs: tuple[str, ...]) -> frozenset[str]:
-    """The words (keys) in the lines of COMMON_SHARE or more of these diffs: what this skill's tasks all
+    """The words (keys) in the lines or paths of COMMON_SHARE or more of these diffs: what this skill's tasks all
     say, contrasted with which a word says nothing about one of them. Empty for fewer than MIN_BACKGROUND diffs."""
     if len(inputs) < MIN_BACKGROUND:
         return frozenset()
     counts: dict[str, int] = {}
     for diff in set(inputs):
-        for k in content_vocabulary(diff):
+        for k in content_vocabulary(diff) | path_words(diff):
             counts[k] = counts.get(k, 0) + 1
     return frozenset(k for k, n in counts.items() if n >= COMMON_SHARE * len(set(inputs)))
 
@@ -345,7 +344,17 @@ def current_background() -> frozenset[str]:
     from .rubric import task_inputs  # the skill's tasks while scoring (rubric.scoring)
 
     inputs = task_inputs()
-    return background(inputs) if inputs else frozenset()
+    if not inputs:
+        return frozenset()
+    entry = _BACKGROUNDS.get(id(inputs))  # by identity: hashing every task's input per check call would be slow
+    if entry is None or entry[0] is not inputs:
+        if len(_BACKGROUNDS) >= 8:
+            _BACKGROUNDS.pop(next(iter(_BACKGROUNDS)))
+        entry = _BACKGROUNDS[id(inputs)] = (inputs, background(inputs))
+    return entry[1]
+
+
+_BACKGROUNDS: dict[int, tuple] = {}
 
 
 def common(word: str, contrast: frozenset[str] = frozenset()) -> bool:
@@ -353,6 +362,8 @@ def common(word: str, contrast: frozenset[str] = frozenset()) -> bool:
     diffs (`contrast`, from `background`), by its key; a compound name (`LruCache`) only by itself."""
     if CAMEL.search(word):
         return word.lower() in contrast
+    if word.isdigit() and len(word) <= 2:  # a small number is on most diffs' lines
+        return True
     return key(word) in COMMON or word.lower() in COMMON or (bool(contrast) and (key(word) in contrast or word.lower() in contrast))
 
 

@@ -80,10 +80,22 @@ def task_inputs() -> tuple[str, ...]:
     return _TASK_INPUTS.get()
 
 
+_INPUTS: dict[int, tuple] = {}  # id(skill.tasks) -> (skill.tasks, their inputs): one tuple object per task set
+
+
+def _inputs_of(tasks: tuple[Task, ...]) -> tuple[str, ...]:
+    entry = _INPUTS.get(id(tasks))
+    if entry is None or entry[0] is not tasks:
+        if len(_INPUTS) >= 8:
+            _INPUTS.pop(next(iter(_INPUTS)))
+        entry = _INPUTS[id(tasks)] = (tasks, tuple(t.input for t in tasks))
+    return entry[1]
+
+
 @contextmanager
 def scoring(skill: Skill):
     """Within it, `task_inputs()` is the skill's task inputs (score_offline and the Scorer score inside it)."""
-    token = _TASK_INPUTS.set(tuple(t.input for t in skill.tasks))
+    token = _TASK_INPUTS.set(_inputs_of(skill.tasks))
     try:
         yield
     finally:
@@ -314,3 +326,37 @@ def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:
     fns = skill_checks(skill)
     with scoring(skill):
         return [combine(skill, fns, r) for r in run_checks_group(fns, outputs, task)]
+
+
+# ------------------------------------------------------------------ what a checks-only reward pays for
+
+MIN_CORRECTNESS_COVER = 0.5  # `--judge none` training needs the checks to cover this much of correctness
+
+
+def checks_cover(skill: Skill, tasks: list[Task]) -> dict[str, float]:
+    """Per dimension, the mean share the checks cover on these tasks (c_d, module docstring), taken on each task's
+    reference (an empty answer where it has none): what a `--judge none` reward can see."""
+    fns = skill_checks(skill)
+    totals = dict.fromkeys(DIMENSIONS, 0.0)
+    tasks = tasks[:: max(1, len(tasks) // 200)]  # an even sample is enough to say how much is covered
+    with scoring(skill):
+        for task in tasks:
+            results = run_checks(fns, task.reference or "", task)
+            for d, x in coverage(fns, results, skill.judged).items():
+                totals[d] += x.covers if skill.weights[d] > 0 else 0.0
+    return {d: totals[d] / len(tasks) if tasks else 0.0 for d in DIMENSIONS}
+
+
+def checks_only_problem(skill: Skill, tasks: list[Task]) -> str | None:
+    """One line when a checks-only reward on these tasks would say little about correctness (raw tasks without
+    `expect`, a markdown-only skill): what it would and would not pay. None when the checks cover enough."""
+    if skill.weights["correctness"] == 0:
+        return None
+    cover = checks_cover(skill, tasks)
+    if cover["correctness"] >= MIN_CORRECTNESS_COVER:
+        return None
+    paid = ", ".join(f"{d} {cover[d]:.0%}" for d in DIMENSIONS if skill.weights[d] > 0)
+    return (f"--judge none: on these {len(tasks)} tasks the checks cover {paid} of each dimension, so a checks-only "
+            f"reward would pay mostly for form and not for a right answer (correctness under "
+            f"{MIN_CORRECTNESS_COVER:.0%}: no `expect`, or no checks for it), which RL learns to exploit; use a "
+            "judge, add `expect` to the tasks, or pass --format-only-reward to train on that reward anyway")

@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .cli import Exit
+from . import repeats
 from .progress import bar
 from .records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from .reward import Judge, Scorer
@@ -81,7 +82,7 @@ def record(line: int, index: int, task_id: str | None, score, ident: dict) -> di
     return {
         **ident, "line": line, "index": index, "task_id": task_id,
         "format": score.format, "procedure": score.procedure, "correctness": score.correctness,
-        "reward": round(score.reward, 6), "checks": dict(score.checks), "check_errors": dict(score.check_errors),
+        "reward": round(score.reward, 6), "repeated": round(score.repeated, 6), "checks": dict(score.checks), "check_errors": dict(score.check_errors),
         "judge": score.judge, "judged": score.judged,
     }
 
@@ -103,7 +104,8 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
                      skip: set[int] = frozenset(), quiet: bool = False) -> dict:
     """Score every line of `path` not in `skip`, writing each group's records to `out` as soon as it is scored."""
     errors: list[str] = []
-    items = [item for item in read_items(path, skill, errors) if item[0] not in skip]
+    every = read_items(path, skill, errors)
+    items = [item for item in every if item[0] not in skip]
     ident = {"skill": skill.name, "source": digest(path)}  # what --resume checks the records against
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
@@ -111,9 +113,14 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
                "judge_skipped": 0, "judge_duplicates": 0, "usage": scorer.usage,
                "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
 
+    # the file is one step: text repeated verbatim for different tasks is paid for nowhere (repeats.py)
+    flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]  # resumed too
+    repeated = {(line, i): r for (line, i, _, _), r in zip(flat, repeats.shares([(t, o) for _, _, t, o in flat]))}
+
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
         async with gate:
             result = await scorer.score(task, outputs)
+        result.scores = [repeats.penalised(s, repeated[line, i]) for i, s in enumerate(result.scores)]
         summary["judge_failures"] += result.judge_failed
         summary["judge_skipped"] += result.judge_skipped
         summary["judge_duplicates"] += result.judge_duplicates

@@ -114,17 +114,18 @@ def commitlint_errors(text: str) -> list[str]:
 # ------------------------------------------------------------------ format
 # The skill does not ask the judge for format, so these checks cover it whole and `covers` only weighs them
 # against each other: being a commit message at all (the gate), only the message, said once, a subject that says
-# something, and the header's length weigh more than the style points (imperative mood, blank line, wrapping),
-# so that fixing a style point never outweighs what a subject says (grounded, correctness).
+# something and the breaking markers weigh 90 %; the style points (header length, imperative mood, blank line,
+# wrapping) 10 %, so that a message fixing a style point never outscores one that says what the diff does
+# (measured on real history: human messages break style points often, constants never do; README).
 
 
-@check("format", gate=True, key=True, covers=0.25)
+@check("format", gate=True, key=True, covers=0.3)
 def conventional(output: str, task) -> bool:
     """commitlint with config-conventional reports no error. Failing this zeroes format: not a commit message."""
     return not commitlint_errors(output)
 
 
-@check("format", covers=0.1)
+@check("format", covers=0.04)
 def header_fits(output: str, task) -> bool:
     """The first line is at most 72 characters (the skill's limit; commitlint allows 100). A breaking `!` is
     not counted, so that dropping it never buys this check."""
@@ -137,7 +138,7 @@ SPECIAL_ING = frozenset("bring string ring sing swing thing".split())
 NOT_VERBS = frozenset("this the a an these some various misc minor small new more code changes updated initial".split())
 
 
-@check("format", covers=0.05)
+@check("format", covers=0.02)
 def imperative(output: str, task) -> bool | None:
     """The subject opens with an imperative verb ("add"), not "added", "adds", "adding" or "this"."""
     subject = parse(output).subject
@@ -183,7 +184,7 @@ def _names_only(subject: str, diff: str) -> bool:
     return diffs.is_list(subject) or bool(words) and all(w.lower() in stems for w in words)
 
 
-@check("format", covers=0.05)
+@check("format", covers=0.02)
 def blank_line_after_header(output: str, task) -> bool | None:
     """A body or footer is separated from the header by one blank line (a header alone passes: adding a body
     must never be what makes this check apply and raise the format mean)."""
@@ -191,7 +192,7 @@ def blank_line_after_header(output: str, task) -> bool | None:
     return not rest or rest[0].strip() == "" and (len(rest) == 1 or rest[1].strip() != "")
 
 
-@check("format", covers=0.05)
+@check("format", covers=0.02)
 def body_wrapped(output: str, task) -> bool | None:
     """Body and footer lines are at most 72 characters (lines holding a URL are exempt); a header alone passes."""
     rest = parse(output).rest
@@ -212,7 +213,7 @@ def breaking_marked_both_ways(output: str, task) -> float | None:
 FENCE_OR_PROSE = re.compile(r"^(```|~~~|#+ |\*\*|here(?:'s| is)\b|this commit\b|commit message:|sure\b|note:)", re.I | re.M)
 
 
-@check("format", covers=0.15)
+@check("format", covers=0.2)
 def message_only(output: str, task) -> bool:
     """No code fences, headings, bold text or chatter ("Here is...") anywhere in the output, and no words
     for the grader ("score this 1.0", `</trajectory>`): a commit log has no reader to persuade."""
@@ -222,7 +223,7 @@ def message_only(output: str, task) -> bool:
 MAX_MESSAGE = 2000  # characters: four times the longest reference message; a log entry, not an essay
 
 
-@check("format", covers=0.1)
+@check("format", covers=0.15)
 def said_once(output: str, task) -> bool:
     """One message, said once: the header does not come back in the body, no line of 20 or more characters
     is repeated, and the whole message is at most 2,000 characters."""
@@ -239,8 +240,8 @@ def said_once(output: str, task) -> bool:
 @check("procedure", covers=0.15)  # step 6 of seven, and only its length: the judge reads the rest
 def body_when_nontrivial(output: str, task) -> bool | None:
     """Step 6: a change of more than 10 changed lines gets a body, of at least 5 words, that says something
-    about this diff. Only paragraphs that do count (`telling_words`: two words of the diff, or one in four of
-    their words, and not the header again), so a generic paragraph ("improves quality and maintainability") or the
+    about this diff. Only paragraphs that do count (`telling_words`: a word specific to the diff and another
+    of its words, or one in four of their words, and not the header again), so a generic paragraph ("improves quality and maintainability") or the
     header said again buys nothing; a `BREAKING CHANGE:` footer is body text like any other paragraph."""
     if parse_diff(task.input).changed_lines <= 10:
         return None
@@ -266,8 +267,9 @@ def _telling(header: str, rest: str, diff: str, contrast: frozenset[str]) -> int
             continue
         text = BREAKING_NOTE.sub("", paragraph)
         words = diffs.specific_words(text, FILLER)
-        found = {w.lower() for w in words if diffs.specificity(w, diff, contrast) >= 0.5}
-        if len(found) >= 2 or found and TELLING_SHARE * len(found) >= len(words):
+        credit = {w.lower(): diffs.specificity(w, diff, contrast) for w in words}
+        found = {w for w, c in credit.items() if c >= 0.5}
+        if 1.0 in credit.values() and (len(found) >= 2 or TELLING_SHARE * len(found) >= len(words)):
             count += len(text.split())
     return count
 
@@ -278,13 +280,15 @@ def _telling(header: str, rest: str, diff: str, contrast: frozenset[str]) -> int
 @check("correctness", key=True, covers=0.4)
 def grounded(output: str, task) -> float | None:
     """The subject is about this diff, in words specific to it. Each specific word of the subject (not filler like
-    "update", "code", "the") earns what it says about this diff (skill_rl/diffs.py `specificity`): 1 for a word of
-    the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only or
-    Docker-only change), 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the skill's
-    diffs) or a word for a broad kind of change (tests, docs, CI, dependencies), 0 for a word the diff lacks. The subject earns its best word: grounding saturates, so
-    more names never add. It is held to 0.5 when fewer than a third of its words (and scope) are found or it gives
-    a code name the diff lacks (`LruCache`, `load_config`), and to 0.25 when it is a list of names
-    (`update a.ts, b.ts and c`) or only the changed files' names (`update package.json`) rather than a sentence. 0 for a subject with nothing specific ("update code")."""
+    "update", "code", "the") earns what it says about this diff (skill_rl/diffs.py `specificity`): 1 for a word
+    of the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only
+    or Docker-only change); 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the
+    skill's diffs) or a word for a broad kind of change (tests, docs, CI, dependencies); 0 for a word the diff
+    lacks. The subject earns its best word: grounding saturates, so more names never add. It is held to 0.5
+    when fewer than a third of its words (and scope) are found, when it gives a code name the diff lacks
+    (`LruCache`, `load_config`), or when it is one name alone (`update nodejs`); to 0.25 when it is a list of
+    names (`update a.ts, b.ts and c`) or the changed files' names alone (`update package.json`). 0 for a
+    subject with nothing specific ("update code")."""
     msg = parse(output)
     if msg.subject is None:
         return 0.0
@@ -310,7 +314,8 @@ def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None, 
     best = max(credits, default=0.0)
     if not best:
         return 0.25 if scope_hit and words else 0.0  # the scope names the area, the subject nothing of the diff
-    if FOUND_SHARE * (hits + scope_hit) < len(words) + bool(scope) or diffs.invented(subject, vocabulary):
+    if (FOUND_SHARE * (hits + scope_hit) < len(words) + bool(scope) or diffs.invented(subject, vocabulary)
+            or len(words) == 1 and not words[0][0].isdigit()):  # one name alone ("update nodejs") says nothing of it
         best = min(best, 0.5)
     return min(best, LIST_CREDIT) if _names_only(subject, diff) else best
 

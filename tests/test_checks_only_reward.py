@@ -1,0 +1,120 @@
+"""What a checks-only reward pays for: `--judge none` training refuses a reward that cannot see correctness,
+and text repeated across a step's tasks is paid for nowhere (skill_rl/repeats.py)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skill_rl import repeats
+from train_skill import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(capsys, *argv) -> tuple[int, list[str]]:
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err.strip().splitlines()
+
+
+def skills_with(tmp_path: Path, name: str, strip_expect: bool = False) -> Path:
+    folder = tmp_path / "skills" / name
+    shutil.copytree(ROOT / "skills" / name, folder)
+    if strip_expect:
+        rows = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines()]
+        (folder / "tasks.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "expect"}) + "\n"
+                                                    for r in rows))
+    return tmp_path / "skills"
+
+
+TRAIN = ("--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--sft", "--sft-from", "no-such-file.jsonl")
+
+
+@pytest.mark.parametrize("name,strip", [("release-notes", False), ("git-commit", True)],
+                         ids=["markdown-only skill", "raw tasks without expect"])
+def test_judge_none_training_on_checks_that_cover_no_correctness_exits_2_with_one_line(tmp_path, capsys, monkeypatch, name, strip):
+    monkeypatch.chdir(tmp_path)
+    code, err = run(capsys, "--skills-dir", str(skills_with(tmp_path, name, strip)), "--skill", name, *TRAIN)
+    assert code == 2 and len(err) == 1, err
+    assert "--judge none" in err[0] and "correctness" in err[0] and "--format-only-reward" in err[0]
+    assert not (tmp_path / ".art").exists()
+
+
+@pytest.mark.parametrize("name,strip", [("release-notes", False), ("git-commit", True)],
+                         ids=["markdown-only skill", "raw tasks without expect"])
+def test_the_format_only_flag_trains_on_that_reward_anyway(tmp_path, capsys, monkeypatch, name, strip):
+    monkeypatch.chdir(tmp_path)
+    code, err = run(capsys, "--skills-dir", str(skills_with(tmp_path, name, strip)), "--skill", name, *TRAIN,
+                    "--format-only-reward")
+    assert code == 2 and len(err) == 1 and "no-such-file.jsonl" in err[0] and "correctness" not in err[0], err  # got past it
+
+
+def test_tasks_with_expect_train_on_checks_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = run(capsys, "--skills-dir", str(skills_with(tmp_path, "git-commit")), "--skill", "git-commit", *TRAIN)
+    assert code == 2 and len(err) == 1 and "no-such-file.jsonl" in err[0], err
+
+
+def test_check_prints_what_the_checks_cover(tmp_path, capsys):
+    assert main(["--skills-dir", str(skills_with(tmp_path, "git-commit", strip_expect=True)), "--skill", "git-commit",
+                 "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "checks cover" in out and "correctness 40%" in out and "unchecked" in out
+
+
+# ------------------------------------------------------------------ repeats across a step
+
+
+BOILERPLATE = "This change improves the overall quality and maintainability of the code."
+
+
+def test_a_paragraph_repeated_for_different_tasks_is_taken_off_the_reward():
+    items = [("a", f"fix: parse dates\n\n{BOILERPLATE}"), ("b", f"feat: add retries\n\n{BOILERPLATE}"),
+             ("a", "fix: parse dates in ISO 8601 form")]
+    shares = repeats.shares(items)
+    assert shares[0] == shares[1] == pytest.approx(len(BOILERPLATE) / len(BOILERPLATE)) and shares[2] == 0.0
+    assert repeats.shares([("a", "fix: same"), ("b", "fix: same")]) == [1.0, 1.0]  # one answer for every task
+    assert repeats.shares([("a", "fix: same"), ("a", "fix: same")]) == [0.0, 0.0]  # one task's rollouts alike
+
+
+def test_score_over_a_file_pays_nothing_for_boilerplate_shared_across_tasks(tmp_path, capsys):
+    from skill_rl.skills import load_skill
+
+    skill = load_skill(ROOT / "skills" / "git-commit")
+    tasks = [t for t in skill.tasks if t.reference][:3]
+    lines = [{"task_id": t.id, "outputs": [t.reference, f"{t.reference}\n\n{BOILERPLATE}"]} for t in tasks]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "out.jsonl"
+    assert main(["--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(out)]) == 0
+    records = {(r["line"], r["index"]): r for r in map(json.loads, out.read_text().splitlines())}
+    for line in range(1, len(tasks) + 1):
+        plain, padded = records[line, 0], records[line, 1]
+        assert plain["repeated"] == 0.0 and padded["repeated"] > 0.1 and padded["reward"] < plain["reward"]
+
+
+class _Traj:
+    def __init__(self, task, text):
+        self.metadata, self.metrics, self.reward, self._text = {"task_id": task}, {}, 1.0, text
+
+    def messages(self):
+        return [{"role": "assistant", "content": self._text}]
+
+
+class _Group:
+    def __init__(self, *trajs):
+        self.trajectories = list(trajs)
+
+
+def test_a_training_step_scales_rewards_by_what_is_repeated_across_its_tasks():
+    groups = [_Group(_Traj("a", "fix: one answer for everything"), _Traj("a", "fix: parse dates")),
+              _Group(_Traj("b", "fix: one answer for everything"), _Traj("b", "feat: add retries"))]
+    assert repeats.apply_to_groups(groups) == pytest.approx(0.5)
+    rewards = [[t.reward for t in g.trajectories] for g in groups]
+    assert rewards == [[0.0, 1.0], [0.0, 1.0]] and groups[0].trajectories[0].metrics["repeated"] == 1.0
