@@ -448,7 +448,7 @@ def _with_later(commits, window: int):
         yield first
 
 
-def _clean_rank(line: str) -> float:
+def _clean_rank(line: str) -> int:
     return int.from_bytes(hashlib.sha256(f"skill-rl clean {json.loads(line)['id']}".encode()).digest()[:8], "big")
 
 
