@@ -7,6 +7,9 @@ The skill decides what a commit is worth: its checks.py defines
     def task_from_commit(commit: skill_rl.mining.Commit) -> dict | str
 
 returning a task (`input`, and optionally `expect` and `reference`) or the reason to skip the commit.
+A task marked `"clean": true` is a clean example (nothing to find, e.g. a review's approve task): at most
+--clean-ratio of them per other task are kept, chosen by a hash of the sha. A hook that asks what later
+commits did to a change reads `commit.later`, the next --clean-window commits of the walk.
 This module owns the rest. It walks the range with `git` (read-only plumbing, a timeout on every
 call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options, a
 minimal environment, every transport forbidden: a partial clone, which would fetch what it lacks, is
@@ -30,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -45,7 +48,7 @@ HOOK = "task_from_commit"
 GIT_TIMEOUT = 60.0  # seconds for any one git call
 MAX_OBJECT_BYTES = 256_000  # a commit object (headers and message) larger than this is skipped
 MAX_FILES = 200  # a commit changing more files than this is skipped before its diff is read
-TASK_KEYS = {"input", "expect", "reference"}
+TASK_KEYS = {"input", "expect", "reference", "clean"}
 
 # Every git call: repository config may not change what we read or make git run anything.
 # Nor contact anything: every transport is forbidden (GIT_ALLOW_PROTOCOL in _env, and protocol.allow here), so
@@ -94,6 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rev", default="HEAD", metavar="RANGE", help="revision or range to walk, e.g. v1.0..main (default HEAD)")
     g.add_argument("--val-fraction", type=flags.number(minimum=0, below=1), default=0.2, help="share of commits (by a hash of the sha) put in val (default 0.2)")
     g.add_argument("--max-diff-chars", type=flags.count(), default=12_000, help="skip commits whose diff is longer (default 12000)")
+    g.add_argument("--clean-ratio", type=flags.number(minimum=0), default=1.0, help="clean examples (code-review: approve tasks) kept per other task, chosen by a hash of the sha (default 1)")
+    g.add_argument("--clean-window", type=flags.count(), default=50, help="later commits a hook may look at (code-review: a change is clean when none of the next N commits fixes its lines; default 50)")
     g.add_argument("--force", action="store_true", help="replace --out when it exists")
 
 
@@ -253,6 +258,9 @@ class Commit:
     author: str  # "Name <email>"
     message: str
     skip: str | None = None  # a reason the core skips it before the hook sees it
+    later: tuple[Commit, ...] = field(default=(), repr=False)  # the next commits of the walk, newer, at most `window`
+    window: int = 0  # --clean-window: fewer `later` commits than this means the walk ended
+    _diffs: dict = field(default_factory=dict, repr=False)  # diff_of's answers
 
     @classmethod
     def parse(cls, repo: Repo, sha: str, raw: bytes | None) -> Commit:
@@ -296,6 +304,21 @@ class Commit:
     @cached_property
     def parsed(self) -> Diff:
         return parse_diff(self.diff)
+
+    def diff_of(self, paths) -> str:
+        """`diff`, for only these of `files` (the same bounds and Skip reasons; the last few asked are kept)."""
+        wanted = tuple(sorted(set(paths)))
+        if wanted not in self._diffs:
+            try:
+                self._diffs[wanted] = _diff(self, [f for f in self.files if f.excluded is None and f.path in wanted])
+            except Skip as e:
+                self._diffs[wanted] = e
+            while len(self._diffs) > 4:
+                self._diffs.pop(next(iter(self._diffs)))
+        got = self._diffs[wanted]
+        if isinstance(got, Skip):
+            raise got
+        return got
 
 
 def _exclusion(path: str, raw_mode: str, binary: bool) -> str | None:
@@ -438,18 +461,52 @@ def _line(task: dict, sha: str, out: Path, expect_model, mined: Mined) -> str | 
     return None
 
 
-def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: float) -> Mined:
+def _with_later(commits, window: int):
+    """Each commit with `later` set to the (at most `window`) commits that follow it in the walk."""
+    queue: deque[Commit] = deque()
+    for commit in commits:
+        commit.window = window
+        queue.append(commit)
+        if len(queue) > window:
+            first = queue.popleft()
+            first.later = tuple(queue)
+            yield first
+    while queue:
+        first = queue.popleft()
+        first.later = tuple(queue)
+        yield first
+
+
+def _clean_rank(line: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"skill-rl clean {json.loads(line)['id']}".encode()).digest()[:8], "big")
+
+
+def _balance(mined: Mined, clean: list[bool], ratio: float) -> None:
+    """Keep at most `ratio` clean tasks per other task: those whose id hashes lowest."""
+    picked = [i for i, c in enumerate(clean) if c]
+    keep = round(ratio * (len(clean) - len(picked)))
+    drop = set(sorted(picked, key=lambda i: _clean_rank(mined.lines[i]))[keep:])
+    for i in sorted(drop):
+        mined.splits[json.loads(mined.lines[i])["split"]] -= 1
+    if drop:
+        mined.skipped["clean example over --clean-ratio"] += len(drop)
+    mined.lines = [line for i, line in enumerate(mined.lines) if i not in drop]
+
+
+def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: float, clean_ratio: float = 1.0,
+         window: int = 50) -> Mined:
     """Every commit through the hook and the core's filters; the accepted tasks as JSONL lines, oldest first."""
     hook, expect_model = getattr(skill.checks, HOOK), getattr(skill.checks, "Expect", None)
-    mined, seen, ids = Mined(), set(), set()
-    for commit in repo.commits(shas):
+    mined, seen, ids, clean = Mined(), set(), set(), []
+    for commit in _with_later(repo.commits(shas), window):
         mined.commits += 1
         got = _candidate(commit, hook, mined)
         if isinstance(got, str):
             mined.skipped[got] += 1
             continue
         task_id = f"git-{commit.sha[:12]}" if f"git-{commit.sha[:12]}" not in ids else f"git-{commit.sha}"
-        task = {"id": task_id, **{k: v for k, v in got.items() if v is not None}, "split": split_of(commit.sha, val_fraction)}
+        fields = {k: v for k, v in got.items() if v is not None and k != "clean"}
+        task = {"id": task_id, **fields, "split": split_of(commit.sha, val_fraction)}
         line = _line(task, commit.sha, out, expect_model, mined)
         if line is None:
             continue
@@ -460,8 +517,10 @@ def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: flo
         seen |= keys
         ids.add(task_id)
         mined.lines.append(line)
+        clean.append(got.get("clean") is True)
         mined.splits[task["split"]] += 1
         mined.left_out.update(f.excluded for f in commit.files if f.excluded)
+    _balance(mined, clean, clean_ratio)
     return mined
 
 
@@ -502,7 +561,7 @@ def run(skill: Skill, args) -> int:
     """Mine, write, report. Exit 0 with tasks written, 1 when none came out or the hook failed, 2 for bad input."""
     try:
         repo, shas, out = _setup(skill, args)
-        mined = mine(repo, shas, skill, out, args.val_fraction)
+        mined = mine(repo, shas, skill, out, args.val_fraction, args.clean_ratio, args.clean_window)
     except MiningError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

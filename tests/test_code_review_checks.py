@@ -1,5 +1,6 @@
 """The code-review checks, as tables of literal reviews with a reason per row."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,18 @@ ROWS = [
     ("verdict_right", review("None.", "approve"), CLEAN, True, "approve on a clean diff"),
     ("no_phantom_lines", review(SQL + "\n- issue (blocking): app/users.py:99 x"), TASK, 0.5, "one finding on a line that does not exist"),
     ("no_false_alarms", review(SQL), CLEAN, False, "a blocking finding on a clean diff"),
+    ("findings_specific", GOOD, TASK, 1.0, "each finding names what is on its line (name, SQL) or the defect"),
+    ("findings_specific", review("- issue (blocking): app/users.py:9 this is wrong and must be fixed before merging."),
+     TASK, 0.0, "the right line, nothing said about it"),
+    ("findings_specific", review("- issue (blocking): app/users.py:9 `name` must not go in there."), TASK, 0.5,
+     "one name from the line"),
+    ("findings_specific", review("- issue (blocking): app/util.py:2 `- 1` drops the last item."), TASK, 1.0,
+     "an operator quoted from the line, and its words"),
+    ("findings_specific", review("- issue (blocking): app/users.py:9 injectable: a null check is missing."), TASK, 1.0,
+     "classes of defect say something even without a name"),
+    ("findings_specific", review("- issue (blocking): app/users.py:14 `find_user` breaks with `cur`."), TASK, 0.0,
+     "names from another hunk of the file (lines 8-10) are not about line 14"),
+    ("findings_specific", review("None.", "approve"), CLEAN, None, "no findings, nothing to say"),
     ("no_false_alarms", review("None.", "approve"), CLEAN, True, "nothing raised on a clean diff"),
 ]
 
@@ -135,3 +148,74 @@ def test_expect_schema_rejects_inconsistent_verdicts():
         checks.Expect.model_validate({"verdict": "approve", "defects": EXPECT["defects"]})
     with pytest.raises(ValueError, match="lines must be"):
         checks.Expect.model_validate({"verdict": "request-changes", "defects": [{"file": "a", "lines": [5, 2], "kind": "race"}]})
+
+
+# ------------------------------------------------------------------ on real fixes (tests/data/review-*.jsonl)
+
+
+def _real():
+    from skill_rl.skills import load_tasks
+
+    problems = []
+    tasks = [t for p in sorted((ROOT / "tests/data").glob("review-*.jsonl")) for t in load_tasks(p, checks.Expect, problems)]
+    assert not problems
+    return tasks
+
+
+SKILL = load_skill(ROOT / "skills/code-review", with_tasks=False)
+REAL = _real()
+FIXES = [t for t in REAL if t.expect.defects]
+
+
+def _rewrite(task, finding):
+    """The reference with each finding line passed through `finding`."""
+    lines = task.reference.split("\n")
+    return "\n".join(finding(ln) if ln.startswith("- ") else ln for ln in lines)
+
+
+def _share_below(pairs):
+    from skill_rl.rubric import score_offline
+
+    below = 0
+    for task, good, bad in pairs:
+        a, b = score_offline(SKILL, task, [good, bad])
+        below += b.reward < a.reward
+    return below / len(pairs)
+
+
+VAGUE = lambda ln: re.sub(r"^(- [^:]+: \S+:\d+(?:-\d+)?) .*$", r"\1 this is wrong and must be fixed before merging.", ln)
+SUBJECT_ONLY = lambda ln: re.sub(r"\); (keep|drop) `.*$", ").", ln)  # the fix's own words, no code quoted
+
+
+def test_real_fixes_are_enough_and_their_defects_are_shown_lines():
+    assert len(FIXES) >= 40 and len(REAL) - len(FIXES) >= 10
+    for t in FIXES:
+        assert all(parse_diff(t.input).has_lines(d.file, *d.lines) for d in t.expect.defects)
+
+
+@pytest.mark.parametrize("precise", [None, SUBJECT_ONLY], ids=["the reference", "the fix's subject, no code quoted"])
+def test_a_finding_that_says_nothing_about_its_lines_loses_to_a_precise_one_on_real_fixes(precise):
+    pairs = [(t, _rewrite(t, precise) if precise else t.reference, _rewrite(t, VAGUE)) for t in FIXES]
+    assert _share_below(pairs) >= 0.9
+
+
+def test_adding_blocking_findings_to_the_real_review_never_pays_on_real_fixes():
+    from skill_rl.rubric import score_offline
+
+    above = 0
+    for t in FIXES:
+        taken = {(d.file, n) for d in t.expect.defects for n in range(d.lines[0], d.lines[1] + 1)}
+        free = [(p, n) for p, f in parse_diff(t.input).files.items() for n in sorted(f.visible) if (p, n) not in taken][:2]
+        extra = "".join(f"\n- issue (blocking): {p}:{n} this line must change before merging." for p, n in free)
+        more = t.reference.replace("\n\n## Verdict", extra + "\n\n## Verdict")
+        ref, bad = score_offline(SKILL, t, [t.reference, more])
+        above += bad.reward > ref.reward
+    assert above <= 0.05 * len(FIXES)
+
+
+def test_one_verdict_for_everything_loses_on_real_data_either_way():
+    from skill_rl import exploits
+
+    pairs = [(t, t.reference, exploits.lgtm(None, t)) for t in FIXES]
+    pairs += [(t, t.reference, exploits.always_request_changes(None, t)) for t in REAL if not t.expect.defects]
+    assert _share_below(pairs) == 1.0

@@ -232,17 +232,23 @@ def test_code_review_reverses_small_fixes_so_that_the_diff_reintroduces_the_bug(
         (tmp_path / "patch").write_text(task["input"].replace(f"a/{path}", "a/f").replace(f"b/{path}", "b/f"))
         subprocess.run(["git", "apply", "patch"], cwd=tmp_path, check=True, capture_output=True, env=repo.env)
         assert (tmp_path / "f").read_text() == git_show(repo, repo.shas[name] + "^", path), name  # the bug is back
-        assert task["expect"]["verdict"] == "request-changes" and "reference" not in task
+        assert task["expect"]["verdict"] == "request-changes"
+        # the reference cites every reintroduced run and quotes the code the fix had there
+        assert all(f"{path}:{d['lines'][0]}-{d['lines'][1]} " in task["reference"] for d in task["expect"]["defects"])
+        assert task["reference"].endswith("## Verdict\nrequest-changes")
     lines = {name: [(d["lines"], d["kind"]) for d in t["expect"]["defects"]] for name, t in tasks.items()}
     assert lines == {"fix": [([26, 26], "other")], "insert": [([25, 26], "null-handling")], "encoded": [([1, 1], "other")]}
     buggy = git_show(repo, repo.shas["fix"] + "^", "src/dates.py").split("\n")
     assert buggy[25] == "    parts = text.split('-')"  # line 26: the reintroduced line itself
     unchecked = git_show(repo, repo.shas["insert"] + "^", "src/dates.py").split("\n")
     assert unchecked[24:26] == ["def parse_date(text):", "    parts = text.strip().split('-')"]  # around the lost check
-    assert reasons(stdout) == {"not a fix: commit": 19, "a fix of docs, tests, style or typos": 2,
+    # feat/refactor/chore/build commits are candidates for approve tasks now; here each adds a file (or is a bot's)
+    assert reasons(stdout) == {"clean commit does not modify exactly one source file (tests, docs, changelogs aside)": 12,
+                               "neither a fix nor a clean feat/refactor/perf/chore/build commit": 6,
+                               "a fix of docs, tests, style or typos": 2, "bot author": 1,
                                "same input or reference as an older commit": 1, "merge": 1,
-                               "fix does not modify exactly one text file": 1, "message is not valid UTF-8": 1,
-                               "message holds control characters": 1}
+                               "fix does not modify exactly one source file (tests, docs, changelogs aside)": 1,
+                               "message is not valid UTF-8": 1, "message holds control characters": 1}
 
 
 def test_split_is_a_hash_of_the_sha_so_adding_commits_moves_no_old_task(repo, tmp_path):
@@ -383,3 +389,64 @@ def test_default_out_never_writes_into_an_installed_package(tmp_path, monkeypatc
     assert default_out(shipped, "/x/My Repo") == tmp_path / "tasks-from-my-repo.jsonl"
     mine = SimpleNamespace(path=tmp_path / "skills" / "git-commit")
     assert default_out(mine, "/x/My Repo") == tmp_path / "skills" / "git-commit" / "tasks-from-my-repo.jsonl"
+
+
+CALC = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(8))  # 32 lines
+MEAN = "def mean(xs):\n    return sum(xs) / (len(xs) - 1)\n"
+HEADER = "".join(f"# calc, line {i} of the header\n" for i in range(5))
+
+
+def build_reviews(path: Path) -> Scripted:
+    """Clean commits and a later fix: which become approve tasks depends on the lines the fix touches."""
+    r = Scripted(path)
+    c = r.commit
+    c("add", "feat(calc): add the calculator", {"src/calc.py": CALC, "tests/test_calc.py": "import calc\n"})
+    c("rename", "refactor(calc): name the first helper", {"src/calc.py": CALC.replace("def f0(", "def first("),
+                                                          "tests/test_calc.py": "import calc\nassert calc.first(1) == 1\n"})
+    body = CALC.replace("def f0(", "def first(")
+    c("mean", "feat(calc): add a mean", {"src/calc.py": body + MEAN})
+    c("header", "chore(calc): add a header", {"src/calc.py": HEADER + body + MEAN})
+    c("fix", "fix(calc): divide the mean by the count (#7)",
+      {"src/calc.py": HEADER + body + MEAN.replace("(len(xs) - 1)", "len(xs)"),
+       "tests/test_calc.py": "import calc\nassert calc.mean([2, 4]) == 3\n", "CHANGELOG.md": "- the mean divides by the count\n"})
+    for i in range(3):
+        c(f"docs{i}", f"docs: note {i}", {f"docs/note{i}.md": f"note {i}\n"})
+    return r
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    return build_reviews(tmp_path_factory.mktemp("reviews") / "repo")
+
+
+def test_review_mining_keeps_fixes_beside_their_tests_and_approves_what_no_later_fix_touches(reviews, tmp_path):
+    code, stdout, stderr, tasks = mine(reviews, "code-review", tmp_path / "r.jsonl", "--clean-window", "3",
+                                       "--clean-ratio", "2")
+    assert code == 0, stderr
+    tasks = by_name(reviews, tasks)
+    assert sorted(tasks) == ["fix", "header", "rename"]
+    for task in tasks.values():  # one source file: tests, docs and changelogs are neither counted nor shown
+        assert sorted(parse_diff(task["input"]).files) == ["src/calc.py"]
+    assert tasks["fix"]["expect"] == {"verdict": "request-changes",
+                                      "defects": [{"file": "src/calc.py", "lines": [39, 39], "kind": "other"}]}
+    assert "\n+    return sum(xs) / (len(xs) - 1)\n" in tasks["fix"]["input"]  # the bug, back
+    for name in ("rename", "header"):
+        assert tasks[name]["expect"] == {"verdict": "approve"} and tasks[name]["reference"].endswith("None.\n\n## Verdict\napprove")
+    # "mean" added lines 33-34; the header moved them to 38-39 before the fix changed line 39
+    assert reasons(stdout) == {"a later commit within --clean-window 3 fixes or reverts its lines": 1,
+                               "clean commit does not modify exactly one source file (tests, docs, changelogs aside)": 1,
+                               "neither a fix nor a clean feat/refactor/perf/chore/build commit": 3}
+
+
+@pytest.mark.parametrize("ratio, approve, dropped", [("0", 0, 2), ("1", 1, 1), ("2", 2, 0)])
+def test_clean_ratio_bounds_the_approve_tasks_per_fix(reviews, tmp_path, ratio, approve, dropped):
+    code, stdout, _, tasks = mine(reviews, "code-review", tmp_path / "r.jsonl", "--clean-window", "3", "--clean-ratio", ratio)
+    assert code == 0 and sum(t["expect"]["verdict"] == "approve" for t in tasks) == approve
+    assert sum(t["expect"]["verdict"] == "request-changes" for t in tasks) == 1
+    assert reasons(stdout).get("clean example over --clean-ratio", 0) == dropped
+
+
+def test_a_change_too_recent_to_know_is_never_approved(reviews, tmp_path):
+    code, stdout, _, tasks = mine(reviews, "code-review", tmp_path / "r.jsonl", "--clean-window", "7")
+    assert [t["expect"]["verdict"] for t in tasks] == ["request-changes"]  # rename, mean, header: 6, 5, 4 later commits
+    assert reasons(stdout)["too recent to know it is clean (fewer than --clean-window 7 later commits)"] == 3

@@ -58,6 +58,7 @@ FINDING = re.compile(
     r"^[-*] (?P<label>[a-z]+)(?: \((?P<decorations>[a-z0-9 ,_-]+)\))?: "
     r"(?P<file>[^\s:]+):(?P<start>\d+)(?:-(?P<end>\d+))? +\S"
 )
+HUNK_NEW = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)")
 # tried only where a run of path characters starts: the same matches, linear on a long line (it was quadratic)
 LOCATION = re.compile(r"(?<![\w./-])(?P<file>[\w./-]+\.[\w]+|[\w./-]*/[\w.-]+):(?P<start>\d+)(?:-(?P<end>\d+))?")
 
@@ -219,7 +220,7 @@ def detection(findings, defects) -> tuple[float, float, float]:
     return recall, sum(credit) / (hits + cost) if hits + cost else 1.0, cost
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.45)  # the findings against the known defects: most of what correctness is
 def defects_detected(output: str, task) -> float | None:
     """Findings scored as a detector's alarms: F1 = 2PR / (P + R) of recall R (planted defects found, each weighted
     by how tightly its best finding cites it) and precision P (see `detection`). On a clean diff every finding
@@ -232,13 +233,13 @@ def defects_detected(output: str, task) -> float | None:
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
-@check("correctness", key=True)
+@check("correctness", key=True, covers=0.25)
 def verdict_right(output: str, task) -> bool | None:
     """The verdict is the one the task expects."""
     return None if task.expect is None else parse(output).verdict == task.expect.verdict
 
 
-@check("correctness")
+@check("correctness", covers=0.05)
 def no_phantom_lines(output: str, task) -> float | None:
     """Findings on lines or files that are not in the diff are penalised: share of findings that cite real lines."""
     findings = parse(output).findings
@@ -248,7 +249,7 @@ def no_phantom_lines(output: str, task) -> float | None:
 MAX_SUMMARY = 2000  # characters of the summary looked at: three sentences fit many times over
 
 
-@check("correctness")
+@check("correctness", covers=0.1)  # without expect, the summary's grounding is not the review's correctness
 def summary_grounded(output: str, task) -> float | None:
     """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
     one in five found in the diff earns full credit (the references find 21 % or more, another task's summary
@@ -267,7 +268,68 @@ def summary_grounded(output: str, task) -> float | None:
     return min(1.0, 5 * sum(diffs.found(w, vocabulary) for w in words) / len(words)) * share
 
 
-@check("correctness")
+# Words for a class of defect: a finding that names the class says something even where it names no code.
+DEFECT_CLASS = frozenset(diffs.key(w) for w in (
+    "null none nil undefined empty missing boundary bound off-by-one fencepost index overflow underflow race "
+    "lock deadlock leak close closed injection sql shell html xss interpolated escape escaped unescaped sanitize "
+    "secret credential token exception "
+    "swallowed catch await async timeout retry validate validation regression crash infinite loop encoding "
+    "unicode whitespace trim precision rounding permission authorization authentication order sort type cast "
+    "mutation mutate concurrency thread blocking quadratic allocation cache stale duplicate negative zero").replace("-", " ").split())
+CODE_SPAN = re.compile(r"`([^`\n]{1,80})`")
+NEAR = 3  # lines beside a cited range whose words still count as what the finding is about
+
+
+def _near_text(task, f: Finding) -> str:
+    """The text of the lines a finding cites, NEAR lines either side, and the removed lines among them."""
+    path = f.file.removeprefix("b/").removeprefix("./")
+    out, new, inside = [], 0, False
+    for line in task.input.split("\n"):
+        if line.startswith("+++ "):
+            inside = line[4:].split("\t")[0].strip().removeprefix("b/") == path
+            continue
+        m = HUNK_NEW.match(line)
+        if m:
+            new = int(m[1])
+            continue
+        if not inside or not new or line[:1] not in ("+", "-", " "):
+            continue
+        if f.start - NEAR <= new <= f.end + NEAR:
+            out.append(line[1:])
+        new += line[:1] != "-"
+    return "\n".join(out)
+
+
+def specificity(task, f: Finding) -> float:
+    """What a finding says about the lines it cites: 1 for two or more of its specific words that name something
+    on those lines (or within NEAR lines) or a class of defect, or code spans quoting them, 0.5 for one, 0 for
+    none ("this is wrong")."""
+    if f.file is None:
+        return 0.0
+    said = f.line[f.line.find(f"{f.file}:") + len(f.file) + 1:][:MAX_SUMMARY]
+    words, near = diffs.specific_words(said), _near_text(task, f)
+    vocab = diffs.vocabulary(near) if words else frozenset()
+    said_hits = {w.lower() for w in words if diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS}
+    near_words = set(diffs.WORD.findall(near))
+    quoted = 0  # `x >= 1`, `remove(0)`: code quoted from the lines, beyond the words already counted
+    for span in {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}:
+        tokens = [w for w in diffs.WORD.findall(span) if len(w) > 1]
+        if tokens:
+            quoted += any(w in near_words for w in tokens) and not any(w.lower() in said_hits for w in tokens)
+        else:
+            quoted += span in near
+    return min(1.0, (len(said_hits) + quoted) / 2)
+
+
+@check("correctness", covers=0.1)
+def findings_specific(output: str, task) -> float | None:
+    """Each finding says something about the lines it cites: names, operators or values from them, or the class of
+    defect (see `specificity`); the mean over findings. A right location with "this is wrong" earns nothing here."""
+    findings = [f for f in parse(output).findings if f.label != "praise"]
+    return sum(specificity(task, f) for f in findings) / len(findings) if findings else None
+
+
+@check("correctness", covers=0.05)
 def no_false_alarms(output: str, task) -> bool | None:
     """On a clean diff, no finding is marked blocking."""
     if task.expect is None or task.expect.defects:
@@ -281,15 +343,18 @@ def no_false_alarms(output: str, task) -> bool | None:
 # splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
 
 from skill_rl.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)
+from skill_rl.mining import FileChange, Skip  # noqa: E402
 
 FIX = re.compile(r"^fix(\([^()\n]*\))?!?: \S")
 NOT_A_CODE_FIX = re.compile(r"^fix\((docs?|tests?|ci|lint|style|typos?|readme|changelog|deps|build)\)|\b(typos?|spelling"
-                            r"|misspel\w*|comments?|docstrings?|readme|changelog|lint(er|ing)?|wording|flaky|tests?)\b", re.I)
+                            r"|misspel\w*|comments?|docstrings?|readme|changelog|lint(er|ing)?|wording|flaky|tests?|formatting|reformat\w*|prettier|oxfmt)\b", re.I)
 SOURCE = frozenset("py js jsx ts tsx mjs cjs go rs java kt kts scala c h cc cpp cxx hpp hh cs rb php swift m mm dart "
                    "ex exs erl hs ml clj lua pl sh bash sql r jl vue svelte zig nim groovy".split())
-CITABLE = re.compile(r"[\w./-]+\.[A-Za-z0-9]+")  # a path the Findings format can cite as file:line
+CITABLE = re.compile(r"[\w./@+-]+\.[A-Za-z0-9]+")  # a path the Findings format can cite as file:line
 MAX_FIX_LINES = 20
+MAX_HUNKS = 2
 HUNK_START = re.compile(r"^@@ -(\d+)")
+HUNK_BOTH = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)")
 KIND_HINTS = ((re.compile(r"off[- ]by[- ]one|fencepost", re.I), "off-by-one"),
               (re.compile(r"\b(None|null|nil|NULL|NoneType|NullPointerException|NPE)\b"), "null-handling"),
               (re.compile(r"\b(sql|command|shell) injection|\bxss\b", re.I), "injection"),
@@ -333,32 +398,183 @@ def _shown(diff, path: str, start: int, end: int) -> list[int] | None:
     return next(([a, b] for a, b in ((start, end), (end, end), (start, start)) if diff.has_lines(path, a, b)), None)
 
 
-def task_from_commit(commit) -> dict | str:
-    """A review task from a small `fix:` commit that modifies one source file in one or two hunks: the fix
-    reversed, so the diff reintroduces the bug; `expect.defects` are the reintroduced lines (new-file numbers)."""
-    header = commit.message.strip().split("\n")[0]
-    if not FIX.match(header):
-        return "not a fix: commit"
-    if commit.bot:
-        return "bot author"
-    if NOT_A_CODE_FIX.search(header):
-        return "a fix of docs, tests, style or typos"
-    if len(commit.files) != 1 or commit.files[0].status != "M" or commit.files[0].excluded:
-        return "fix does not modify exactly one text file"
-    path = commit.files[0].path
+# Files a fix carries beside the code it fixes: left out of the count and of the task's diff (lock files,
+# binary and generated files the core leaves out already).
+SIDE_FILE = re.compile(r"(^|/)(tests?|specs?|__tests__|__mocks__|__snapshots__|fixtures?|testdata|test-?data|e2e|docs?"
+                       r"|examples?)/|(^|/)test_[^/]*$|[._-](test|spec|tests|test-d)\.[^/.]+$|_test\.go$"
+                       r"|(^|/)(changelog|changes|history|news|releases?|authors|contributors)([._-][^/]*)?$"
+                       r"|\.(md|mdx|rst|adoc|txt|snap)$", re.I)
+CLEAN = re.compile(r"^(feat|refactor|perf|chore|build)(\([^()\n]*\))?: \S")  # changes that fix nothing
+LATER_FIX = re.compile(r"^(fix|bugfix|hotfix)\b|\bbug\b|^revert\b", re.I)  # a later commit that repairs or undoes
+
+
+def _source_file(commit) -> FileChange | str:
+    """The one source file a commit modifies beside its tests, docs and changelogs, or why there is none."""
+    kept = [f for f in commit.files if f.excluded is None and not SIDE_FILE.search(f.path)]
+    if len(kept) != 1 or kept[0].status != "M":
+        return "does not modify exactly one source file (tests, docs, changelogs aside)"
+    path = kept[0].path
     if not CITABLE.fullmatch(path) or path.rsplit(".", 1)[-1].lower() not in SOURCE:
-        return "fix is not in a source file a review can cite"
-    hunks = commit.diff.split("\n@@ ")[1:]
-    if not 0 < commit.parsed.changed_lines <= MAX_FIX_LINES or not 1 <= len(hunks) <= 2:
-        return f"fix is not 1-2 hunks of at most {MAX_FIX_LINES} changed lines"
+        return "not in a source file a review can cite"
+    return kept[0]
+
+
+def _small(diff: str) -> str | None:
+    """Why a one-file diff is no review task: too large, or whitespace only."""
+    hunks = diff.split("\n@@ ")[1:]
+    changed = sum(ln[:1] in ("+", "-") for hunk in hunks for ln in hunk.split("\n")[1:])
+    if not 0 < changed <= MAX_FIX_LINES or not 1 <= len(hunks) <= MAX_HUNKS:
+        return f"not 1-{MAX_HUNKS} hunks of at most {MAX_FIX_LINES} changed lines"
     body = [ln for hunk in hunks for ln in hunk.split("\n")[1:]]
     if "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "-") == \
             "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "+"):
-        return "whitespace-only fix"
-    review_input = reverse_diff(commit.diff)
+        return "whitespace only"
+    return None
+
+
+def _one_file(commit) -> tuple[str, str] | str:
+    """(path, diff of that file alone), or the reason the commit is no review task."""
+    source = _source_file(commit)
+    if isinstance(source, str):
+        return source
+    diff = commit.diff_of([source.path])
+    return _small(diff) or (source.path, diff)
+
+
+def runs(diff: str) -> list[tuple[int, list[str], int, list[str]]]:
+    """The runs of changed lines of a one-file diff: (old start, removed lines, new start, added lines)."""
+    out, old, new, run = [], 0, 0, None
+    for line in diff.split("\n"):
+        tag = line[:1]
+        if (m := HUNK_BOTH.match(line)) or tag not in ("+", "-") or not (old or new):
+            if run:
+                out.append(run)
+            run = None
+            if m:
+                old, new = int(m[1]), int(m[2])
+            elif tag == " " and (old or new):
+                old, new = old + 1, new + 1
+            continue
+        run = run or (old, [], new, [])
+        if tag == "-":
+            run[1].append(line)
+            old += 1
+        else:
+            run[3].append(line)
+            new += 1
+    return out + ([run] if run else [])
+
+
+def blocks(diff: str) -> list[tuple[int, int, int, int]]:
+    """The runs of changed lines as (old start, old count, new start, new count)."""
+    return [(o, len(minus), n, len(plus)) for o, minus, n, plus in runs(diff)]
+
+
+def _moved(line: int, changes, low: bool) -> int:
+    """Where old line `line` is after `changes` (a line that changed: the first or last line of what replaced it)."""
+    shift = 0
+    for old, n_old, new, n_new in changes:
+        if n_old == 0:  # an insertion before old line `old`
+            if line < old:
+                break
+            shift += n_new
+        elif line < old:
+            break
+        elif line >= old + n_old:
+            shift += n_new - n_old
+        else:
+            return new if low else new + max(n_new, 1) - 1
+    return line + shift
+
+
+def _later_fix(commit, path: str, ranges: list[tuple[int, int]]) -> str | None:
+    """Why the change is not known to be clean: a later commit within the window fixes or reverts its lines
+    (followed through the commits in between), or its file changes in a way that cannot be followed."""
+    if len(commit.later) < commit.window:
+        return f"too recent to know it is clean (fewer than --clean-window {commit.window} later commits)"
+    for later in commit.later:
+        try:
+            change = next((f for f in later.files if f.path == path), None)
+            if change is None:
+                continue
+            if change.status != "M" or change.excluded:
+                return None if change.status == "D" else "its file changes later in a way that cannot be followed"
+            diff = later.diff_of([path])
+        except Skip:
+            return "its file changes later in a way that cannot be followed"
+        if LATER_FIX.search(later.message.strip().split("\n")[0]):
+            if any(a <= d and c <= b for a, b in ranges for c, d in fixed_ranges(diff)):
+                return f"a later commit within --clean-window {commit.window} fixes or reverts its lines"
+        changes = blocks(diff)
+        ranges = [(_moved(a, changes, True), _moved(b, changes, False)) for a, b in ranges]
+    return None
+
+
+def _names(lines: list[str], n: int = 2) -> list[str]:
+    """The longest identifiers of some code lines, for a reference that names what it talks about."""
+    found = sorted({w for ln in lines for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", ln)}, key=lambda w: (-len(w), w))
+    return found[:n]
+
+
+def _quote(lines: list[str]) -> str:
+    code = " ".join(ln[1:].strip() for ln in lines if ln[1:].strip())
+    return "`" + (code if len(code) <= 80 else code[:77] + "...").replace("`", "'") + "`"
+
+
+def _subject(message: str) -> str:
+    header = message.strip().split("\n")[0]
+    text = re.sub(r"\s*\(#\d+\)\s*$", "", header.split(": ", 1)[-1]).strip().rstrip(".")
+    return text[:1].upper() + text[1:]
+
+
+def _clean_task(commit, path: str, diff: str) -> dict | str:
+    why = _later_fix(commit, path, fixed_ranges(reverse_diff(diff)))
+    if why:
+        return why
+    changed = [ln for o, minus, n, plus in runs(diff) for ln in minus + plus]
+    names = " and ".join(f"`{n}`" for n in _names(changed)) or f"`{path.rsplit('/', 1)[-1]}`"
+    reference = (f"## Summary\n{_subject(commit.message)}: the change touches {names} in "
+                 f"{path.rsplit('/', 1)[-1]} and is sound as it stands.\n\n## Findings\nNone.\n\n## Verdict\napprove")
+    return {"input": diff, "expect": {"verdict": "approve"}, "reference": reference, "clean": True}
+
+
+def _fix_task(commit, path: str, diff: str) -> dict | str:
+    review_input = reverse_diff(diff)
     shown, kind = parse_diff(review_input), _kind(commit.message)
-    lines = [_shown(shown, path, a, b) for a, b in fixed_ranges(commit.diff)]
+    lines = [_shown(shown, path, a, b) for a, b in fixed_ranges(diff)]
     if not lines or None in lines:
         return "reintroduced lines are not all shown in the diff"
+    if len(runs(diff)) != len(lines):
+        return "a fix whose runs of changes this reader does not follow"
+    findings, subject = [], _subject(commit.message)
+    for (_, bad, _, good), span in zip(runs(diff), lines):
+        what = f"keep {_quote(good)} as the fix has it" if good else f"drop {_quote(bad)}"
+        findings.append(f"- issue (blocking): {path}:{span[0]}-{span[1]} this change undoes a needed fix "
+                        f"({subject[:1].lower() + subject[1:]}); {what}.")
+    names = " and ".join(f"`{n}`" for n in _names([ln for r in runs(diff) for ln in r[1] + r[3]])) or "the code"
+    reference = (f"## Summary\nChanges {names} in {path.rsplit('/', 1)[-1]}, and with it breaks what this "
+                 f"code is for.\n\n## Findings\n" + "\n".join(findings) + "\n\n## Verdict\nrequest-changes")
     defects = [{"file": path, "lines": span, "kind": kind} for span in lines]
-    return {"input": review_input, "expect": {"verdict": "request-changes", "defects": defects}}
+    return {"input": review_input, "expect": {"verdict": "request-changes", "defects": defects}, "reference": reference}
+
+
+def task_from_commit(commit) -> dict | str:
+    """A review task from a small commit that changes one source file beside its tests, docs and changelogs.
+    A `fix:` commit, reversed, so that the diff reintroduces the bug: `expect.defects` are the reintroduced
+    lines (new-file numbers). A feat/refactor/perf/chore/build commit that no later fix or revert within
+    --clean-window commits touches (its lines followed through the commits between): an approve task,
+    marked clean so that --clean-ratio balances them against the fixes."""
+    header = commit.message.strip().split("\n")[0]
+    fix, clean = FIX.match(header), CLEAN.match(header)
+    if not fix and not clean:
+        return "neither a fix nor a clean feat/refactor/perf/chore/build commit"
+    if commit.bot:
+        return "bot author"
+    if commit.reverts:
+        return "revert"
+    if fix and NOT_A_CODE_FIX.search(header):
+        return "a fix of docs, tests, style or typos"
+    one = _one_file(commit)
+    if isinstance(one, str):
+        return ("fix " if fix else "clean commit ") + one
+    return _fix_task(commit, *one) if fix else _clean_task(commit, *one)
