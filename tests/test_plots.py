@@ -20,3 +20,30 @@ def test_the_plot_holds_every_logged_step_and_skips_a_torn_line(tmp_path):
 
 def test_no_history_yet_draws_nothing(tmp_path):
     assert reward_plot(tmp_path) is None and not (tmp_path / "rewards.png").exists()
+
+
+def test_a_training_run_draws_the_plot_off_its_path_and_waits_for_it_at_the_end(tmp_path, monkeypatch):
+    import asyncio
+    import threading
+
+    from skill_rl import plots
+
+    release, drawn = threading.Event(), []
+
+    def slow_plot(run_dir, title=""):  # a plot that takes as long as the test says
+        assert release.wait(10)
+        drawn.append(title)
+        return run_dir / plots.PLOT_NAME
+
+    async def run():
+        plotter = plots.Plotter()
+        await plotter.draw(tmp_path, "first")  # returns while the plot is still being drawn
+        assert drawn == []
+        release.set()
+        await plotter.draw(tmp_path, "second")  # the first one is finished before the second starts
+        assert drawn == ["first"]
+        assert await plotter.done() == tmp_path / plots.PLOT_NAME and drawn == ["first", "second"]
+        assert await plotter.done() is None  # nothing left to wait for
+
+    monkeypatch.setattr(plots, "reward_plot", slow_plot)
+    asyncio.run(run())
