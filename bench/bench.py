@@ -54,6 +54,27 @@ def answers(skill):
 # ------------------------------------------------------------------ step overhead: ours against bare ART
 
 
+ADAPTERS = [0]  # pydantic TypeAdapters built so far, while `counting_adapters` is on
+
+
+@contextlib.contextmanager
+def counting_adapters():
+    """Count pydantic schema building: ART 0.5.23's Trajectory.messages() builds a TypeAdapter on each call."""
+    import pydantic
+
+    init = pydantic.TypeAdapter.__init__
+
+    def counted(self, *a, **k):
+        ADAPTERS[0] += 1
+        init(self, *a, **k)
+
+    pydantic.TypeAdapter.__init__ = counted
+    try:
+        yield
+    finally:
+        pydantic.TypeAdapter.__init__ = init
+
+
 STEP_LINE = re.compile(r"^step +\d+ \|.*\| ([\d.]+) s(?: \|.*)?$", re.M)
 
 
@@ -100,7 +121,7 @@ def phase_timers(buckets: list[dict], plots: list[float]):
             plots.append(time.perf_counter() - start)
 
     async def gather(*a, pbar_desc=None, **k):
-        buckets.append({"kind": "val" if str(pbar_desc).startswith("val") else "train"})
+        buckets.append({"kind": "val" if str(pbar_desc).startswith("val") else "train", "adapters": -ADAPTERS[0]})
         start = time.perf_counter()
         try:
             return await gather0(*a, pbar_desc=pbar_desc, **k)
@@ -149,6 +170,8 @@ def ours_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: 
         os.chdir(cwd)
     for b, seconds in zip([b for b in buckets if b["kind"] == "train"], map(float, STEP_LINE.findall(out.getvalue())), strict=True):
         b["step"] = seconds  # as the loop prints it: gather to log
+    for b, after in zip(buckets, [*buckets[1:], {"adapters": -ADAPTERS[0]}]):
+        b["adapters"] -= after["adapters"]  # built from this bucket's gather to the next one's
     for b, seconds in zip([b for b in buckets if b["kind"] == "val"], plots, strict=True):
         b["plot"] = seconds
     return buckets
@@ -186,7 +209,7 @@ async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run
     buckets = []
     for step in range(steps):
         batch = [tasks[(step * groups + i) % len(tasks)] for i in range(groups)]
-        t0 = time.perf_counter()
+        t0, built = time.perf_counter(), ADAPTERS[0]
         gs = await art.gather_trajectory_groups((art.TrajectoryGroup(rollout(t) for _ in range(rollouts)) for t in batch),
                                                 after_each=judge, pbar_desc=None)
         t1 = time.perf_counter()
@@ -195,7 +218,7 @@ async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run
         await model.log(gs, metrics=result.metrics, step=result.step, split="train")
         t3 = time.perf_counter()
         buckets.append({"kind": "train", "step": t3 - t0, "gather": t1 - t0, "rollouts": last[0] - t0,
-                        "judge_tail": t1 - last[0], "train": t2 - t1, "log": t3 - t2})
+                        "judge_tail": t1 - last[0], "train": t2 - t1, "log": t3 - t2, "adapters": ADAPTERS[0] - built})
     return buckets
 
 
@@ -225,7 +248,7 @@ def step_overhead(skill, groups: int, rollouts: int, lp: float, lj: float, workd
 
     median = statistics.median
     ours, bare = [], []
-    with FakeOpenAI(policy_fn=answers(skill), policy_latency=lp, judge_latency=lj) as server:
+    with FakeOpenAI(policy_fn=answers(skill), policy_latency=lp, judge_latency=lj) as server, counting_adapters():
         os.environ["SKILL_RL_POLICY_BASE_URL"] = server.url
         for r in range(rounds):
             ours.append(ours_run(server.url, skill, groups, rollouts, steps, f"ours-{groups}x{rollouts}-{r}", workdir))
@@ -234,7 +257,7 @@ def step_overhead(skill, groups: int, rollouts: int, lp: float, lj: float, workd
     def steady(runs, key):
         return median([b.get(key, 0.0) for run in runs for b in [b for b in run if b["kind"] == "train"][1:]])
 
-    keys = ("step", "gather", "rollouts", "judge_tail", "checks", "monitor", "train", "log")
+    keys = ("step", "gather", "rollouts", "judge_tail", "checks", "monitor", "train", "log", "adapters")
     out = {"groups": groups, "rollouts": rollouts, "rounds": rounds, "steps": steps,
            "ours": {k: steady(ours, k) for k in keys}, "bare": {k: steady(bare, k) for k in keys if k not in ("checks", "monitor")}}
     for side, runs in (("ours", ours), ("bare", bare)):
@@ -444,6 +467,7 @@ def step_table(s: dict, args, machine: str):
             ("  log (model.log)", "log")]
     for label, key in rows:
         t.add_row(label, sec(ours.get(key)), sec(bare.get(key)))
+    t.add_row("pydantic TypeAdapters built in a steady step (schema building)", f"{ours['adapters']:.0f}", f"{bare['adapters']:.0f}")
     t.add_row("first step in this process, over a steady step", extra(ours["first_extra_process"]), extra(bare["first_extra_process"]))
     t.add_row("  of which imports any ART loop's first step pays (litellm, RULER, weave; a fresh process)",
               sec(s["first_step_imports"]), "")
