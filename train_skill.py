@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import math
 import os
 import random
@@ -255,6 +256,9 @@ async def train(args, skill, judge, sft) -> int:
                   f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
                   f"| judge {used.brief()} (so far {scorer.usage.brief()}) | {time.perf_counter() - start:.2f} s"
                   + (f" | warning: {warning}" if warning else ""), flush=True)
+            if totals["steps"] == 1:  # all imported by now (ART, torch, litellm: ~900k objects): no full GC scans them again
+                gc.collect()
+                gc.freeze()
             if step % args.eval_every == 0 and step < last:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:

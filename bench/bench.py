@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import io
 import json
 import os
@@ -252,6 +253,7 @@ def step_overhead(skill, groups: int, rollouts: int, lp: float, lj: float, workd
         os.environ["SKILL_RL_POLICY_BASE_URL"] = server.url
         for r in range(rounds):
             ours.append(ours_run(server.url, skill, groups, rollouts, steps, f"ours-{groups}x{rollouts}-{r}", workdir))
+            gc.unfreeze()  # what train_skill.py froze out of the garbage collector's scans: bare ART runs without it
             bare.append(asyncio.run(_bare_run(server.url, skill, groups, rollouts, steps, f"bare-{groups}x{rollouts}-{r}", workdir)))
 
     def steady(runs, key):
