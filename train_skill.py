@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import math
 import os
 import random
@@ -155,7 +156,7 @@ async def train(args, skill, judge, sft) -> int:
 
     from skill_rl.evaluate import print_table, summarize
     from skill_rl.monitor import Monitor
-    from skill_rl.plots import PLOT_NAME, reward_plot
+    from skill_rl.plots import PLOT_NAME, Plotter
     from skill_rl.reward import Scorer
     from skill_rl.rollout import quiet_failed_rollouts, rollout, score_group
 
@@ -182,6 +183,7 @@ async def train(args, skill, judge, sft) -> int:
             for _ in range(n))
 
     val_results: list = []
+    plot = Plotter()
     totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0, "warm_start_failures": 0,
               "check_errors": 0}
 
@@ -220,10 +222,7 @@ async def train(args, skill, judge, sft) -> int:
             return None
         groups, stats, used = await gather(val_tasks, f"val @ {step}")
         await model.log(groups, metrics={**{f"val_{k}": float(v) for k, v in stats.items()}, **used.metrics("eval")}, step=step, split="val")
-        try:
-            reward_plot(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png
-        except OSError as e:  # a full disk: the run goes on, the plot is drawn again at the next validation
-            print(f"warning: cannot write {PLOT_NAME}: {e.strerror or e}", file=sys.stderr)
+        await plot.draw(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png, off the step's path
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}"
@@ -262,10 +261,14 @@ async def train(args, skill, judge, sft) -> int:
                   f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
                   f"| judge {used.brief()} (so far {scorer.usage.brief()}) | {time.perf_counter() - start:.2f} s"
                   + (f" | warning: {warning}" if warning else ""), flush=True)
+            if totals["steps"] == 1:  # all imported by now (ART, torch, litellm: ~900k objects): no full GC scans them again
+                gc.collect()
+                gc.freeze()
             if step % args.eval_every == 0 and step < last:
                 await validate(step)
         if not val_results or val_results[-1][0] != step:
             await validate(step)
+        await plot.done()
         kept = await backends.keep_best_and_latest(model, step)  # ART's order: delete, then close
     except asyncio.CancelledError:
         if not stopper.aborted:

@@ -1,10 +1,16 @@
 """The cost of everything around the GPU: step overhead, judge cost, scorer speed, start-up, input scale.
 
-    python bench/bench.py [--quick] [--judge-only] [--json bench/out/bench.json]
+    python bench/bench.py [--quick] [--judge-only] [--step-only] [--json bench/out/bench.json]
 
 Everything runs on this machine against a local OpenAI-compatible server (tests/openai_server.py)
 that answers policy calls after Lp seconds and judge calls after Lj seconds; training uses the CPU
 stand-in backend. GPU generation and training throughput are not measured here.
+
+The training step is measured twice in one process, on the same server: train_skill.py's own loop
+(its train() coroutine, unchanged; its phases timed by wrapping the functions it calls) and the same
+step written directly against ART 0.5.23 ("bare ART": gather, RULER, the same stand-in train,
+model.log). The two alternate, fresh runs each, so that the load of a shared machine falls on both;
+the table holds medians, and every step's time is printed below it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import io
 import json
 import os
@@ -45,78 +52,228 @@ def answers(skill):
     return lambda request: refs[next(counter) % len(refs)]
 
 
-# ------------------------------------------------------------------ step overhead
+# ------------------------------------------------------------------ step overhead: ours against bare ART
 
 
-def skill_rl_step(skill, groups: int, rollouts: int, lp: float, lj: float, workdir: Path) -> float:
-    """Wall time of step 2 of the real training loop (step 1 pays one-off imports)."""
+ADAPTERS = [0]  # pydantic TypeAdapters built so far, while `counting_adapters` is on
+
+
+@contextlib.contextmanager
+def counting_adapters():
+    """Count pydantic schema building: ART 0.5.23's Trajectory.messages() builds a TypeAdapter on each call."""
+    import pydantic
+
+    init = pydantic.TypeAdapter.__init__
+
+    def counted(self, *a, **k):
+        ADAPTERS[0] += 1
+        init(self, *a, **k)
+
+    pydantic.TypeAdapter.__init__ = counted
+    try:
+        yield
+    finally:
+        pydantic.TypeAdapter.__init__ = init
+
+
+STEP_LINE = re.compile(r"^step +\d+ \|.*\| ([\d.]+) s(?: \|.*)?$", re.M)
+
+
+@contextlib.contextmanager
+def phase_timers(buckets: list[dict], plots: list[float]):
+    """Time the phases of train_skill.py's loop, unchanged, by wrapping the functions it calls. Each gather opens
+    a bucket ("train" or "val"); what runs until the next gather (train, monitor, log, waiting for the plot) is added
+    to it. The plot's own drawing time goes to `plots`."""
+    from unittest import mock
+
+    import art
+
+    import skill_rl.plots
+    import skill_rl.reward
+    import skill_rl.rollout
+    from skill_rl.dryrun import DryRunBackend
+    from skill_rl.monitor import Monitor
+
+    def timed(phase, fn):  # into the bucket open when the call started (the plot is drawn in a thread, later)
+        if asyncio.iscoroutinefunction(fn):
+            async def wrapper(*a, **k):
+                bucket, start = buckets[-1] if buckets else {}, time.perf_counter()
+                try:
+                    return await fn(*a, **k)
+                finally:
+                    name = phase(k) if callable(phase) else phase
+                    bucket[name] = bucket.get(name, 0.0) + time.perf_counter() - start
+        else:
+            def wrapper(*a, **k):
+                bucket, start = buckets[-1] if buckets else {}, time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    bucket[phase] = bucket.get(phase, 0.0) + time.perf_counter() - start
+        return wrapper
+
+    gather0, rollout0, plot0 = art.gather_trajectory_groups, skill_rl.rollout.rollout, skill_rl.plots.reward_plot
+
+    def drawn(*a, **k):  # in a worker thread, while later buckets open: every drawing in order, in a bucket of its own
+        start = time.perf_counter()
+        try:
+            return plot0(*a, **k)
+        finally:
+            plots.append(time.perf_counter() - start)
+
+    async def gather(*a, pbar_desc=None, **k):
+        buckets.append({"kind": "val" if str(pbar_desc).startswith("val") else "train", "adapters": -ADAPTERS[0]})
+        start = time.perf_counter()
+        try:
+            return await gather0(*a, pbar_desc=pbar_desc, **k)
+        finally:
+            end, b = time.perf_counter(), buckets[-1]
+            last = b.pop("last_answer", start)
+            b.update(gather=end - start, rollouts=last - start, judge_tail=end - last)
+
+    async def rollout(*a, **k):  # the same name: the loop tells its rollouts' errors apart by it
+        traj = await rollout0(*a, **k)
+        buckets[-1]["last_answer"] = time.perf_counter()
+        return traj
+
+    with contextlib.ExitStack() as stack:
+        for target, name, new in [
+            (art, "gather_trajectory_groups", gather), (skill_rl.rollout, "rollout", rollout),
+            (skill_rl.reward, "run_checks_group", timed("checks", skill_rl.reward.run_checks_group)),
+            (Monitor, "step", timed("monitor", Monitor.step)),
+            (DryRunBackend, "train", timed("train", DryRunBackend.train)),
+            (art.TrainableModel, "log", timed(lambda k: "log" if k.get("split") == "train" else "val_log", art.TrainableModel.log)),
+            (skill_rl.plots, "reward_plot", drawn),
+            (skill_rl.plots.Plotter, "draw", timed("plot_wait", skill_rl.plots.Plotter.draw))]:
+            stack.enter_context(mock.patch.object(target, name, new))
+        yield
+
+
+def ours_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: str, workdir: Path) -> list[dict]:
+    """One fresh run of train_skill.py's loop (its own train() coroutine, in this process): `steps` steps, validating
+    (`groups` val tasks) half-way and at the end. One bucket of phase seconds per step and per validation."""
     import train_skill
 
-    with FakeOpenAI(policy_fn=answers(skill), policy_latency=lp, judge_latency=lj) as server:
-        os.environ["SKILL_RL_POLICY_BASE_URL"] = server.url
-        args = train_skill.parse_args([
-            "--skill", skill.name, "--backend", "skill_rl.dryrun:DryRunBackend", "--steps", "2",
-            "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", "1000",
-            "--judge-base-url", server.url, "--judge-api-key", "bench", "--run-name", f"bench-{groups}x{rollouts}"])
-        fill_defaults(args, None)  # what main() does for the flags left out
-        args.base_model = train_skill.backends.plan(args).base_model
-        skill.__dict__  # noqa: the skill is frozen; the loop reads it as is
-        out = io.StringIO()
-        cwd = os.getcwd()
-        os.chdir(workdir)
-        try:
-            with contextlib.redirect_stdout(out):
-                val_tasks = [t for t in skill.tasks if t.split == "val"]
-                # no validation pass inside the timed steps: train on train tasks only
-                bench_skill = type(skill)(**{**skill.__dict__, "tasks": tuple(t for t in skill.tasks if t not in val_tasks)})
-                asyncio.run(train_skill.train(args, bench_skill, train_skill.make_judge(args), None))  # no warm start
-        finally:
-            os.chdir(cwd)
-    times = [float(m) for m in re.findall(r"^step +\d+ \|.*\| ([\d.]+) s$", out.getvalue(), re.M)]
-    return times[-1]
+    args = train_skill.parse_args([
+        "--skill", skill.name, "--backend", "skill_rl.dryrun:DryRunBackend", "--steps", str(steps),
+        "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", str(max(1, steps // 2)),
+        "--limit", str(groups), "--judge-base-url", url, "--judge-api-key", "bench", "--run-name", run_name])
+    fill_defaults(args, None)  # what main() does for the flags left out
+    args.base_model = train_skill.backends.plan(args).base_model
+    buckets: list[dict] = []
+    plots: list[float] = []
+    out, cwd = io.StringIO(), os.getcwd()
+    os.chdir(workdir)
+    try:
+        with contextlib.redirect_stdout(out), phase_timers(buckets, plots):
+            asyncio.run(train_skill.train(args, skill, train_skill.make_judge(args), None))  # no warm start
+    finally:
+        os.chdir(cwd)
+    for b, seconds in zip([b for b in buckets if b["kind"] == "train"], map(float, STEP_LINE.findall(out.getvalue())), strict=True):
+        b["step"] = seconds  # as the loop prints it: gather to log
+    for b, after in zip(buckets, [*buckets[1:], {"adapters": -ADAPTERS[0]}]):
+        b["adapters"] -= after["adapters"]  # built from this bucket's gather to the next one's
+    for b, seconds in zip([b for b in buckets if b["kind"] == "val"], plots, strict=True):
+        b["plot"] = seconds
+    return buckets
 
 
-async def _bare_art_step(url: str, skill, groups: int, rollouts: int, workdir: Path, dims: int) -> float:
-    """The same work written directly against ART: gather, RULER per judged dimension, train, log."""
+async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: str, workdir: Path) -> list[dict]:
+    """The same steps written directly against ART 0.5.23, no skill-rl code in the loop: gather with
+    art.gather_trajectory_groups, RULER via art.rewards.ruler_score_group (one call per dimension our scorer
+    judges, with the same rubric text), the same stand-in train, model.log."""
     import art
     from art.rewards import ruler_score_group
 
-    from skill_rl.dryrun import DryRunBackend
+    from skill_rl.dryrun import DryRunBackend  # the stand-in for the GPU's train call, the same on both sides
 
     backend = DryRunBackend()
-    model = art.TrainableModel(name="bare", run_name=f"bare-{groups}x{rollouts}", project="bench", base_model="x",
-                               base_path=str(workdir / ".art"))
+    model = art.TrainableModel(name="bare", run_name=run_name, project="bench", base_model="x", base_path=str(workdir / ".art"))
     await model.register(backend)
-    tasks = [t for t in skill.tasks if t.split == "train"][:groups]
+    tasks = skill.split("train")
+    rubrics = [rubric(skill, d) for d in Scorer(skill, Judge()).judged_dimensions]
     params = {"api_base": url, "api_key": "bench", "num_retries": 0}
+    last = [0.0]
 
     async def rollout(task):
         traj = art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
                                                     {"role": "user", "content": task.input}], reward=0.0)
-        completion = await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=traj.messages(),
-                                                                         logprobs=True)
+        completion = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(), messages=traj.messages(), logprobs=True)
         traj.messages_and_choices.append(completion.choices[0])
+        last[0] = time.perf_counter()
         return traj
 
     async def judge(group):
-        judged = await asyncio.gather(*(ruler_score_group(group, "openai/judge", params, rubric=f"dimension {d}") for d in range(dims)))
-        return judged[0]
+        return (await asyncio.gather(*(ruler_score_group(group, "openai/judge", params, rubric=r) for r in rubrics)))[0]
 
-    elapsed = []
-    for _ in range(2):
-        start = time.perf_counter()
-        gs = await art.gather_trajectory_groups((art.TrajectoryGroup(rollout(t) for _ in range(rollouts)) for t in tasks),
+    buckets = []
+    for step in range(steps):
+        batch = [tasks[(step * groups + i) % len(tasks)] for i in range(groups)]
+        t0, built = time.perf_counter(), ADAPTERS[0]
+        gs = await art.gather_trajectory_groups((art.TrajectoryGroup(rollout(t) for _ in range(rollouts)) for t in batch),
                                                 after_each=judge, pbar_desc=None)
+        t1 = time.perf_counter()
         result = await backend.train(model, gs, learning_rate=1e-5)
+        t2 = time.perf_counter()
         await model.log(gs, metrics=result.metrics, step=result.step, split="train")
-        elapsed.append(time.perf_counter() - start)
-    return elapsed[-1]
+        t3 = time.perf_counter()
+        buckets.append({"kind": "train", "step": t3 - t0, "gather": t1 - t0, "rollouts": last[0] - t0,
+                        "judge_tail": t1 - last[0], "train": t2 - t1, "log": t3 - t2, "adapters": ADAPTERS[0] - built})
+    return buckets
 
 
-def bare_art_step(skill, groups, rollouts, lp, lj, workdir, dims) -> float:
-    with FakeOpenAI(policy_fn=answers(skill), policy_latency=lp, judge_latency=lj) as server:
+LAZY_IMPORTS = """
+import time
+import art
+start = time.perf_counter()
+import litellm, art.rewards  # RULER
+from weave.trace.settings import override_settings  # ART's inference client, at its first call
+print(time.perf_counter() - start)
+"""
+
+
+def first_step_imports() -> float:
+    """Seconds of the imports that the first step of any ART 0.5.23 loop pays, in a fresh process after `import art`."""
+    out = subprocess.run([sys.executable, "-c", LAZY_IMPORTS], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    return float(out.stdout.split()[-1])
+
+
+def step_overhead(skill, groups: int, rollouts: int, lp: float, lj: float, workdir: Path, rounds: int, steps: int) -> dict:
+    """Ours and bare ART, alternating, `rounds` fresh runs each of `steps` steps, on one server. Medians over the
+    steady steps (the second and later of every run); the first step's extra cost apart."""
+    import statistics
+
+    import art  # noqa: F401  paid here, before either side's first step (start-up, not a step)
+
+    median = statistics.median
+    ours, bare = [], []
+    with FakeOpenAI(policy_fn=answers(skill), policy_latency=lp, judge_latency=lj) as server, counting_adapters():
         os.environ["SKILL_RL_POLICY_BASE_URL"] = server.url
-        return asyncio.run(_bare_art_step(server.url, skill, groups, rollouts, workdir, dims))
+        for r in range(rounds):
+            ours.append(ours_run(server.url, skill, groups, rollouts, steps, f"ours-{groups}x{rollouts}-{r}", workdir))
+            gc.unfreeze()  # what train_skill.py froze out of the garbage collector's scans: bare ART runs without it
+            bare.append(asyncio.run(_bare_run(server.url, skill, groups, rollouts, steps, f"bare-{groups}x{rollouts}-{r}", workdir)))
+
+    def steady(runs, key):
+        return median([b.get(key, 0.0) for run in runs for b in [b for b in run if b["kind"] == "train"][1:]])
+
+    keys = ("step", "gather", "rollouts", "judge_tail", "checks", "monitor", "train", "log", "adapters")
+    out = {"groups": groups, "rollouts": rollouts, "rounds": rounds, "steps": steps,
+           "ours": {k: steady(ours, k) for k in keys}, "bare": {k: steady(bare, k) for k in keys if k not in ("checks", "monitor")}}
+    for side, runs in (("ours", ours), ("bare", bare)):
+        out[side]["all_steps"] = [b["step"] for run in runs for b in run if b["kind"] == "train"]
+        out[side]["first_extra_process"] = runs[0][0]["step"] - out[side]["step"] if side == "ours" else None  # ours ran first
+        out[side]["first_extra_run"] = median([run[0]["step"] for run in runs[1:]] or [0.0]) - out[side]["step"] if rounds > 1 else None
+    vals = [b for run in ours for b in run if b["kind"] == "val"]
+    after = [run[i + 1]["step"] for run in ours for i, b in enumerate(run[:-1]) if b["kind"] == "val"]
+    out["ours"].update(validation=median([b["gather"] + b.get("val_log", 0.0) + b.get("plot_wait", 0.0) for b in vals]),
+                       plot=median([b.get("plot", 0.0) for b in vals]), plot_first=vals[0].get("plot", 0.0),
+                       plot_wait=median([b.get("plot_wait", 0.0) for b in vals]), after_validation=median(after) if after else None)
+    out["ratio"] = out["ours"]["step"] / out["bare"]["step"]
+    out["first_step_imports"] = first_step_imports()
+    return out
 
 
 # ------------------------------------------------------------------ judge cost
@@ -261,6 +418,9 @@ def main() -> int:
     p.add_argument("--lj", type=float, default=0.5, help="judge latency, seconds (default 0.5)")
     p.add_argument("--quick", action="store_true", help="8x8 only, 10,000 tasks for the scale test")
     p.add_argument("--judge-only", action="store_true", help="only the judge's cost (a few seconds)")
+    p.add_argument("--step-only", action="store_true", help="only the training step, ours against bare ART, 8x8")
+    p.add_argument("--rounds", type=int, default=3, help="fresh runs per side, alternating ours and bare ART (default 3)")
+    p.add_argument("--run-steps", type=int, default=4, help="steps per run; the first is timed apart (default 4)")
     p.add_argument("--json", type=Path, default=ROOT / "bench/out/bench.json", help="where to write the figures")
     args = p.parse_args()
     skill = load_skill(ROOT / "skills/git-commit")
@@ -270,23 +430,57 @@ def main() -> int:
     if args.judge_only:
         figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
         return report(figures, args)
-    notes = load_skill(ROOT / "skills/release-notes")
-    figures["throughput"] = {s.name: throughput(s) for s in (skill, review, notes)}
-    figures["derived_5mb"] = derived_worst(notes)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        figures["startup"] = startup(tmp)
-        figures["scale"] = scale(tmp, 10_000 if args.quick else 100_000)
-        dims = len(Scorer(skill, Judge()).judged_dimensions)
-        for g, n in ([(8, 8)] if args.quick else [(8, 8), (16, 8)]):
-            ours = skill_rl_step(skill, g, n, args.lp, args.lj, tmp)
-            bare = bare_art_step(skill, g, n, args.lp, args.lj, tmp, dims)
-            ideal = args.lp + args.lj
-            figures["steps"].append({"groups": g, "rollouts": n, "step_s": ours, "bare_art_s": bare, "ideal_s": ideal,
-                                     "serial_s": g * n * args.lp + g * args.lj,
-                                     "target_s": 1.25 * max(ideal, bare), "ok": ours <= 1.25 * max(ideal, bare)})
-        figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
+        if not args.step_only:
+            notes = load_skill(ROOT / "skills/release-notes")
+            figures["throughput"] = {s.name: throughput(s) for s in (skill, review, notes)}
+            figures["derived_5mb"] = derived_worst(notes)
+            figures["startup"] = startup(tmp)
+            figures["scale"] = scale(tmp, 10_000 if args.quick else 100_000)
+        for g, n in ([(8, 8)] if args.quick or args.step_only else [(8, 8), (16, 8)]):
+            figures["steps"].append(step_overhead(skill, g, n, args.lp, args.lj, tmp, args.rounds, args.run_steps))
+        if not args.step_only:
+            figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
     return report(figures, args)
+
+
+def step_table(s: dict, args, machine: str):
+    from rich.table import Table
+
+    def sec(x):
+        return "—" if x is None else f"{x:.2f} s"
+
+    def extra(x):
+        return "—" if x is None else f"{x:+.2f} s"
+
+    ours, bare = s["ours"], s["bare"]
+    t = Table(title=f"training step, {s['groups']} groups x {s['rollouts']} rollouts (Lp {args.lp} s, Lj {args.lj} s; {machine}): "
+                    f"medians of the steady steps of {s['rounds']} fresh runs of {s['steps']} steps per side, alternating")
+    for col, justify in (("phase", "left"), ("train_skill.py", "right"), ("bare ART", "right")):
+        t.add_column(col, justify=justify)
+    rows = [("step (gather to log, as the loop prints it)", "step"),
+            ("  gather: rollouts, checks and judge, overlapped", "gather"),
+            ("    rollouts: start to the last answer", "rollouts"),
+            ("    judge after the last answer", "judge_tail"),
+            ("    checks (CPU, inside the gather)", "checks"),
+            ("  monitor", "monitor"),
+            ("  train (the dry-run stand-in)", "train"),
+            ("  log (model.log)", "log")]
+    for label, key in rows:
+        t.add_row(label, sec(ours.get(key)), sec(bare.get(key)))
+    t.add_row("pydantic TypeAdapters built in a steady step (schema building)", f"{ours['adapters']:.0f}", f"{bare['adapters']:.0f}")
+    t.add_row("first step in this process, over a steady step", extra(ours["first_extra_process"]), extra(bare["first_extra_process"]))
+    t.add_row("  of which imports any ART loop's first step pays (litellm, RULER, weave; a fresh process)",
+              sec(s["first_step_imports"]), "")
+    t.add_row("first step of a later run, over a steady step", extra(ours["first_extra_run"]), extra(bare["first_extra_run"]))
+    t.add_row(f"validation ({s['groups']} tasks x {s['rollouts']}), each, as the loop waits for it", sec(ours["validation"]), "—")
+    t.add_row(f"  reward plot, drawn in a thread (the first: {ours['plot_first']:.2f} s)", sec(ours["plot"]), "—")
+    t.add_row("  reward plot, the loop waits for it", sec(ours["plot_wait"]), "—")
+    t.add_row("  reward plot's drawing per step at the default --eval-every 10, share of a step",
+              f"{ours['plot'] / 10 / ours['step']:.1%}", "—")
+    t.add_row("step right after a validation (its plot drawn meanwhile)", sec(ours["after_validation"]), "—")
+    return t
 
 
 def report(figures: dict, args) -> int:
@@ -295,14 +489,13 @@ def report(figures: dict, args) -> int:
 
     console = Console()
     console.width = max(console.width, 150)
-    t = Table(title=f"step overhead (Lp {args.lp} s, Lj {args.lj} s; {figures['machine']})")
-    for col in ("G x N", "step", "bare ART", "ideal Lp+Lj", "serial", "target", "ok"):
-        t.add_column(col, justify="right")
     for s in figures["steps"]:
-        t.add_row(f"{s['groups']} x {s['rollouts']}", f"{s['step_s']:.2f} s", f"{s['bare_art_s']:.2f} s", f"{s['ideal_s']:.2f} s",
-                  f"{s['serial_s']:.1f} s", f"<= {s['target_s']:.2f} s", "yes" if s["ok"] else "NO")
-    if figures["steps"]:
-        console.print(t)
+        console.print(step_table(s, args, figures["machine"]))
+        console.print(f"train_skill.py / bare ART = {s['ratio']:.2f} (target <= 1.0); every step, first ones included: "
+                      f"ours {' '.join(f'{x:.2f}' for x in s['ours']['all_steps'])}; "
+                      f"bare {' '.join(f'{x:.2f}' for x in s['bare']['all_steps'])}")
+    if "judge" not in figures:
+        return _write(figures, args, console)
     t = Table(title="judge cost per group of 8 outputs (mean over val tasks)")
     for col in ("skill", "calls", "judged dims", "prompt chars", "floor chars", "ratio (target <= 1.15)",
                 "prompt tokens", "completion tokens*", "prompt $", "$ (map)"):

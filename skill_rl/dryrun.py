@@ -37,6 +37,7 @@ class DryRunBackend:
         self.base_url = os.environ.get("SKILL_RL_POLICY_BASE_URL", "http://127.0.0.1:8000/v1")
         self.api_key = os.environ.get("SKILL_RL_POLICY_API_KEY", "none")
         self.served_model = os.environ.get("SKILL_RL_POLICY_MODEL")
+        self._seen: dict[Path, tuple] = {}  # log -> ((mtime, size), step)
         self._closed = False
 
     def __getattribute__(self, name: str):
@@ -67,9 +68,17 @@ class DryRunBackend:
         return f"{model.name}@{self._step(model) if step is None else step}"
 
     def _step(self, model) -> int:
+        """The last step in the log; read again only when the log changed (every rollout asks for its model name)."""
         log = self._log(model)
-        lines = [ln for ln in log.read_text().splitlines() if ln.strip()] if log.exists() else []
-        return json.loads(lines[-1])["step"] if lines else 0
+        try:
+            stat = log.stat()
+        except FileNotFoundError:
+            return 0
+        seen = (stat.st_mtime_ns, stat.st_size)
+        if self._seen.get(log, (None,))[0] != seen:
+            lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
+            self._seen[log] = (seen, json.loads(lines[-1])["step"] if lines else 0)
+        return self._seen[log][1]
 
     async def _get_step(self, model) -> int:
         return self._step(model)
@@ -97,7 +106,7 @@ class DryRunBackend:
             "rollouts": [len(g.trajectories) for g in groups],
             "task_ids": [g.trajectories[0].metadata.get("task_id") for g in groups if g.trajectories],
             "rewards": rewards,
-            "system": [g.trajectories[0].messages()[0]["content"] for g in groups[:1] if g.trajectories],
+            "system": [g.trajectories[0].messages_and_choices[0]["content"] for g in groups[:1] if g.trajectories],
         }
         self._checkpoint(model, step).mkdir(parents=True, exist_ok=True)  # first: a crash before the log line retrains it
         with self._log(model).open("a") as f:  # one line per step, appended whole: the step counter

@@ -25,13 +25,15 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .rollout import output_of
+
 COLLAPSE = 0.20
 GAP = 0.25
 PREFIX = "monitor/"
 
 
 def _output(traj) -> str:
-    return (traj.messages()[-1].get("content") or "").strip()
+    return output_of(traj).strip()
 
 
 def collapse(groups) -> float:

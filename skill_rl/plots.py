@@ -1,11 +1,16 @@
 """The run's reward plot: train reward and each rubric dimension per step, val reward at each validation,
 the best validation marked. Drawn from the run's `history.jsonl`, so a resumed run's plot holds every
 step. matplotlib (its Agg renderer, no display needed) is imported only when a plot is drawn.
+
+A training run draws it in a worker thread (`Plotter`), so that the next step does not wait for it: matplotlib's
+object API (Figure, Agg), unlike pyplot, keeps no global state, and one plot is drawn at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import sys
 import json
 from pathlib import Path
 
@@ -58,3 +63,29 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     fig.savefig(png, format="png", dpi=110)
     atomic_write(path, png.getvalue())  # OSError (a full disk) for the caller to report
     return path
+
+
+def _draw(run_dir: Path, title: str) -> Path | None:
+    """reward_plot, with a file that cannot be written (a full disk) a warning: the run goes on, and the plot is
+    drawn again at the next validation."""
+    try:
+        return reward_plot(run_dir, title)
+    except OSError as e:
+        print(f"warning: cannot write {PLOT_NAME}: {e.strerror or e}", file=sys.stderr)
+        return None
+
+
+class Plotter:
+    """Draws the reward plot in a worker thread, one plot at a time; `done()` waits for the last one."""
+
+    def __init__(self):
+        self._drawing: asyncio.Future | None = None
+
+    async def draw(self, run_dir: Path, title: str = "") -> None:
+        """Start drawing; a plot still being drawn is finished first (its error, if any, is raised here)."""
+        await self.done()
+        self._drawing = asyncio.ensure_future(asyncio.to_thread(_draw, run_dir, title))
+
+    async def done(self) -> Path | None:
+        drawing, self._drawing = self._drawing, None
+        return await drawing if drawing else None

@@ -19,12 +19,11 @@ STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "trun
 
 async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
                   timeout: float = 600.0) -> art.Trajectory:
-    traj = art.Trajectory(
-        messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
-        metadata={"task_id": task.id}, metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0,
-    )
+    messages = [{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}]
+    traj = art.Trajectory(messages_and_choices=list(messages), metadata={"task_id": task.id},
+                          metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0)
     completion = await whole(model.openai_client().chat.completions.create(  # logprobs: ART trains only those
-        model=model.get_inference_name(), messages=traj.messages(), temperature=temperature, max_tokens=max_tokens,
+        model=model.get_inference_name(), messages=messages, temperature=temperature, max_tokens=max_tokens,
         logprobs=True, timeout=timeout,
     ), timeout)  # the whole answer: the client's own timeout is per read, and a server may trickle a byte at a time
     choice = completion.choices[0]
@@ -49,7 +48,11 @@ def quiet_failed_rollouts(loop) -> None:
 
 
 def output_of(traj: art.Trajectory) -> str:
-    return traj.messages()[-1].get("content") or ""
+    """The last message's text, read from the Choice (or dict) the trajectory holds. Not `traj.messages()`:
+    ART 0.5.23 builds a pydantic TypeAdapter on each call, which cost more than the rest of a step."""
+    last = traj.messages_and_choices[-1]
+    message = getattr(last, "message", None)  # a Choice, as the policy answered
+    return (last.get("content") if message is None else message.content) or ""
 
 
 def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.TrajectoryGroup:

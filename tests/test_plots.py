@@ -26,3 +26,30 @@ def test_a_run_name_with_dollar_signs_is_drawn_literally_not_as_mathtext(tmp_pat
     (tmp_path / "history.jsonl").write_text(json.dumps({"step": 1, "train/reward": 0.5}) + "\n")
     path = reward_plot(tmp_path, "git-commit: run$\\frac{$x_")  # unbalanced mathtext: matplotlib would raise drawing it
     assert path.read_bytes()[:8] == PNG
+
+
+def test_a_training_run_draws_the_plot_off_its_path_and_waits_for_it_at_the_end(tmp_path, monkeypatch):
+    import asyncio
+    import threading
+
+    from skill_rl import plots
+
+    release, drawn = threading.Event(), []
+
+    def slow_plot(run_dir, title=""):  # a plot that takes as long as the test says
+        assert release.wait(10)
+        drawn.append(title)
+        return run_dir / plots.PLOT_NAME
+
+    async def run():
+        plotter = plots.Plotter()
+        await plotter.draw(tmp_path, "first")  # returns while the plot is still being drawn
+        assert drawn == []
+        release.set()
+        await plotter.draw(tmp_path, "second")  # the first one is finished before the second starts
+        assert drawn == ["first"]
+        assert await plotter.done() == tmp_path / plots.PLOT_NAME and drawn == ["first", "second"]
+        assert await plotter.done() is None  # nothing left to wait for
+
+    monkeypatch.setattr(plots, "reward_plot", slow_plot)
+    asyncio.run(run())

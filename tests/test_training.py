@@ -143,3 +143,36 @@ def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypa
     monkeypatch.setenv("TINKER_API_KEY", "planted")  # a key for the real thing: say how to use it, no rehearsal
     with pytest.raises(Exit):
         backends.pick_backend("auto")
+
+
+def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_imports(tmp_path, skills_dir, policy_server,
+                                                                                    monkeypatch, capsys):
+    """ART 0.5.23's Trajectory.messages() builds a pydantic TypeAdapter on each call: called for every rollout (the
+    request, scoring, the monitor) it cost more than the rest of a step. The loop reads what it already holds; what
+    is left is built once (at import, ...). And after the first step, the imported heap (ART, torch, litellm) is
+    frozen out of the garbage collector's full collections, which scanned it all every few steps."""
+    import gc
+
+    import pydantic
+
+    import train_skill
+
+    built = []
+    adapter_init = pydantic.TypeAdapter.__init__
+
+    def counted(self, *a, **k):
+        built.append(a[:1])
+        adapter_init(self, *a, **k)
+
+    monkeypatch.setattr(pydantic.TypeAdapter, "__init__", counted)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", policy_server.url)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert train_skill.main(["--skills-dir", str(skills_dir), "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+                             "--judge-base-url", policy_server.url, "--judge-api-key", "sk-test", "--steps", "2",
+                             "--groups-per-step", "2", "--rollouts-per-group", "8", "--eval-every", "100"]) == 0, capsys.readouterr()
+    rollouts = 2 * 2 * 8 + 2 * 8  # two steps, then the validation of the 2 val tasks
+    assert len(built) < rollouts / 2, f"{len(built)} TypeAdapters built for {rollouts} rollouts: {built}"
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()  # as before, for the tests that follow
+    assert frozen > 100_000
