@@ -102,12 +102,10 @@ def test_score_over_a_file_pays_nothing_for_boilerplate_shared_across_tasks(tmp_
         assert plain["repeated"] == 0.0 and padded["repeated"] > 0.1 and padded["reward"] < plain["reward"]
 
 
-class _Traj:
+class _Traj:  # what repeats reads of an art.Trajectory: its task, metrics, reward and last message
     def __init__(self, task, text):
-        self.metadata, self.metrics, self.reward, self._text = {"task_id": task}, {}, 1.0, text
-
-    def messages(self):
-        return [{"role": "assistant", "content": self._text}]
+        self.metadata, self.metrics, self.reward = {"task_id": task}, {}, 1.0
+        self.messages_and_choices = [{"role": "assistant", "content": text}]
 
 
 class _Group:
