@@ -70,8 +70,24 @@ NUMBERS = {w: i for i, w in enumerate("zero one two three four five six seven ei
 UNITS = {"character": "chars", "characters": "chars", "chars": "chars", "word": "words", "words": "words",
          "line": "lines", "lines": "lines", "item": "items", "items": "items", "entry": "items",
          "entries": "items", "bullet": "items", "bullets": "items"}
-LIMIT = re.compile(r"\b(at most|no more than|at least)\s+(\d[\d,]*|" + "|".join(NUMBERS) + r")\s+("
-                   + "|".join(UNITS) + r")\b")
+NUM = r"(\d[\d,]*|" + "|".join(NUMBERS) + r")"
+MAX_WORDS = r"at most|no more than|up to|no longer than|not more than|a maximum of|maximum of|max\.?|within"
+BELOW_WORDS = r"under|fewer than|less than|shorter than|below"  # strictly below N: at most N - 1
+MIN_WORDS = r"at least|no fewer than|no less than|not fewer than|not less than|a minimum of|minimum of"
+LIMIT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r")\s+" + NUM + r"\s+(" + "|".join(UNITS) + r")\b"
+                   r"|\b" + NUM + r"\s+(" + "|".join(UNITS) + r")\s+or\s+(fewer|less)\b"
+                   r"|\b" + NUM + r"\s+or\s+(fewer|less)\s+(" + "|".join(UNITS) + r")\b")
+BELOW = re.compile(BELOW_WORDS)
+MINIMUM = re.compile(MIN_WORDS)
+
+
+def _limit_parts(m: re.Match) -> tuple[str, str, str]:
+    """(bound word, number, unit) of a LIMIT match in any of its three shapes; "N or fewer" reads "at most"."""
+    if m[1]:
+        return m[1], m[2], m[3]
+    if m[4]:
+        return "at most", m[4], m[5]
+    return "at most", m[7], m[9]
 NEGATION = re.compile(r"\b(no|not|never|without|nor|don't|avoid)\b")
 FENCE_WORDS = re.compile(r"\bcode (?:fences?|blocks?)\b|\bfenced\b|```")
 PREAMBLE_WORDS = re.compile(r"\bno preamble\b|\bnothing (?:before|but|else)\b|\bno (?:text|words|introduction) before\b"
@@ -257,6 +273,16 @@ def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
         return [(x,) for x in v.lines if _is_item(x)]
     if kind == "output":
         return [v.lines]
+    if kind == "heading_line":
+        level = int(name.split(":", 1)[0])
+        title = next((t for _, lvl, t in v.heads if lvl == level), None)
+        return None if title is None else [(title,)]
+    if kind in ("items_in", "lines_in"):
+        lines = _section(v, name.lower())
+        if lines is None:
+            return None
+        items = [(x,) for x in lines if _is_item(x)] if kind == "items_in" else []
+        return items or [(x,) for x in lines if x.strip()]
     lines = _named(v, kind, name)
     return None if lines is None else [lines]
 
@@ -269,9 +295,13 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
         return all((_measure(unit, p) <= n) if bound == "max" else (_measure(unit, p) >= n) for p in pieces)
 
     kind, name = target
+    shown = name.split(":", 1)[-1]
     label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item",
-             "output": "the whole output"}.get(kind, f"{kind} '{name}'")
-    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output"}.get(kind, _slug(name))
+             "output": "the whole output", "items_in": f"each item of section '{name}'",
+             "lines_in": f"each line of section '{name}'",
+             "heading_line": f"the first level-{name.split(':')[0]} heading's title (<{shown}>)"}.get(kind, f"{kind} '{name}'")
+    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output",
+            "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line"}.get(kind, _slug(shown))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
     words = words.removesuffix("s") if n == 1 else words
     return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}",
@@ -360,11 +390,35 @@ class Template:
     placeholders: list = field(default_factory=list)  # distinct, in order of appearance
     needs_text: list = field(default_factory=list)  # sections (lower title; None before any heading) with a placeholder line
     enums: list = field(default_factory=list)  # (kind, name, values, line as written, SKILL.md line)
+    roles: dict = field(default_factory=dict)  # a short placeholder's lower text -> the target it stands for
 
 
 def _alternatives(inner: str) -> list[str] | None:
     values = [x.strip().strip("`").strip() for x in inner.split("|")]
     return values if len(values) >= 2 and all(0 < len(x) <= 40 for x in values) else None
+
+
+SHORT_PLACEHOLDER = re.compile(r"<([a-z][a-z -]{1,30})>$")
+
+
+def _role(line: str, head, fld, section, shown_title: str, first: bool) -> tuple[str, tuple[str, str]] | None:
+    """What a short placeholder (`<title>`, `<summary>`) stands for, so that prose can name it: a field's value,
+    a heading line's title (`# <title>`), a section's sole text, or the first line."""
+    if fld:
+        m = SHORT_PLACEHOLDER.match(fld[2])
+        return (m[1].strip(), ("field", fld[1])) if m else None
+    m = SHORT_PLACEHOLDER.search(line)
+    if not m or len(m[1].split()) > 3:
+        return None
+    if head and line == "#" * head[0] + " " + m[0]:
+        return m[1].strip(), ("heading_line", f"{head[0]}:{m[1].strip()}")
+    if line != m[0]:
+        return None
+    if first:
+        return m[1].strip(), ("first_line", "")
+    if section not in (None, "\0"):
+        return m[1].strip(), ("section", shown_title)
+    return None
 
 
 def read_template(source: str, first_line: int) -> Template:
@@ -386,6 +440,10 @@ def read_template(source: str, first_line: int) -> Template:
         head, fld = heading(line), FIELD.match(line)
         if not line:
             continue
+        role = _role(line, head, fld, section, shown_title, first=not t.heads and not t.literals and not t.fields
+                     and not t.needs_text)
+        if role:
+            t.roles.setdefault(role[0], role[1])
         if head:
             section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
@@ -461,13 +519,39 @@ def sentences(section: Section, tokens=None) -> Iterator[Sentence]:
 MAX_NAME_CHARS = 100  # a template name longer than this is found in prose only in backticks
 
 
+NOT_NAMES = frozenset("line lines item items entry entries bullet bullets word words character characters output "
+                      "answer response text input first last value values name names".split())
+
+
+def _forms(name: str) -> list[tuple[str, bool]]:
+    """A name's plain-word forms, each with whether it is the singular of a plural name: `Risks` is read as
+    "risks" and "risk" (singular), `Next step` as "next step" and "next steps"."""
+    if name.endswith("ies") and len(name) > 4:
+        return [(name, False), (name[:-3] + "y", True)]
+    if name.endswith(("ches", "shes", "sses", "xes")):
+        return [(name, False), (name[:-2], True)]
+    if name.endswith("s") and not name.endswith(("ss", "us", "is")) and len(name) > 3:
+        return [(name, False), (name[:-1], True)]
+    plural = name[:-1] + "ies" if name.endswith("y") and name[-2:-1] not in "aeiou" else name + ("es" if name.endswith(("s", "x", "ch", "sh")) else "s")
+    return [(name, False), (plural, False)]
+
+
 class Names:
     """The template's headings and fields by lower-cased name, indexed once per derivation: finding the names a
-    sentence mentions costs its length (times the few distinct name lengths), not the template's size."""
+    sentence mentions costs its length (times the few distinct name lengths), not the template's size. `plain`
+    holds the names a sentence may use in plain words (headings, fields, short placeholders; singular and
+    plural), matched by one regex built once."""
 
-    def __init__(self, names: dict[str, tuple[str, str]]):
+    def __init__(self, names: dict[str, tuple[str, str]], plain: dict[str, tuple[str, str]] | None = None):
         self.names = names
         self.lengths = sorted({len(n) for n in names if len(n) <= MAX_NAME_CHARS})
+        self.plain: dict[str, tuple[tuple[str, str], bool]] = {}
+        for name, target in (plain if plain is not None else names).items():
+            if 3 <= len(name) <= 40 and name not in NOT_NAMES and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name):
+                for form, singular in _forms(name):
+                    self.plain.setdefault(form, (target, singular))
+        words = "|".join(re.escape(f) for f in sorted(self.plain, key=len, reverse=True))
+        self.rx = re.compile(r"(?<![\w`-])(?:(the|each|every|any|a|an|your|its|their)\s+)?(" + words + r")(?![\w`-])") if words else None
 
 
 class Read(NamedTuple):
@@ -482,6 +566,7 @@ class Read(NamedTuple):
     each_line: int
     each_item: int
     whole: bool
+    bare: list = []  # (start, end, after each/every/any, target, singular) of each template name in plain words
 
 
 def _code_target(s: Sentence, names: dict, offset: int, code: str, any_code: bool) -> tuple[str, str] | None:
@@ -513,7 +598,9 @@ def read_sentence(s: Sentence, names: Names) -> Read:
         name_best.append(best)
     return Read(lower, [o for o, _ in codes], [t for _, t in codes], [e for e, _, _ in mentions], name_best,
                 _end(r"first line", lower), _end(r"\b(each|every|any|no) line\b|\ball lines\b", lower),
-                _end(r"\b(each|every) (item|entry|bullet)\b", lower), WHOLE.search(lower) is not None)
+                _end(r"\b(each|every) (item|entry|bullet)\b", lower), WHOLE.search(lower) is not None,
+                [(m.start(2), m.end(2), m[1] in ("each", "every", "any"), *names.plain[m[2]]) for m in names.rx.finditer(lower)]
+                if names.rx else [])
 
 
 def _known_name(r: Read, end: int) -> tuple[str, str] | None:
@@ -537,17 +624,57 @@ def enum_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
         yield Derived(enum_check(target[0], target[1], values), s.line, s.text)
 
 
-def _limit_target(r: Read, end: int, unit: str) -> tuple[str, str] | None:
-    named = _known_name(r, end)
+def _limit_target(r: Read, start: int, end: int, unit: str) -> tuple[str, str] | None:
+    """What a limit found at lower[start:end] is about: a name in backticks or followed by section/field/line,
+    then a template name (a heading, field or placeholder) in the sentence's words before the limit ("the
+    summary", "each risk"), then the first line, each line or each item, then a template name after the limit
+    ("in the Risks section", "under Highlights"), then the whole output."""
+    named = _known_name(r, start) or _bare_before(r, start, unit)
+    if named is None and not (0 <= r.first_line <= start or 0 <= r.each_line <= start or 0 <= r.each_item <= start):
+        named = _bare_after(r, end, unit)
     if named:
-        return None if named[0] == "field" and unit in ("lines", "items") else named
-    if unit in ("chars", "words") and 0 <= r.first_line <= end:
+        return None if named[0] in ("field", "heading_line") and unit in ("lines", "items") else named
+    if unit in ("chars", "words") and 0 <= r.first_line <= start:
         return ("first_line", "")
-    if unit in ("chars", "words") and 0 <= r.each_line <= end:
+    if unit in ("chars", "words") and 0 <= r.each_line <= start:
         return ("each_line", "")
-    if unit in ("chars", "words") and 0 <= r.each_item <= end:
+    if unit in ("chars", "words") and 0 <= r.each_item <= start:
         return ("each_item", "")
     return ("output", "") if r.whole else None
+
+
+def _bare_before(r: Read, start: int, unit: str) -> tuple[str, str] | None:
+    """The last template name written as plain words before `start`: "the summary" names its section or field;
+    "each risk" (the singular of a plural section name, after each/every/any) names each item of that section;
+    "each line of the summary" each line of it."""
+    best = None
+    for m_start, m_end, each, target, singular in r.bare:
+        if m_end <= start:
+            best = (m_start, each, target, singular)
+    if best is None:
+        return None
+    m_start, each, target, singular = best
+    between = r.lower[m_start:start]
+    per_line = re.search(r"\b(each|every|any|no) line\b|\ball lines\b", between)
+    per_item = re.search(r"\b(each|every|any|no) (item|entry|bullet)\b", between)
+    if target[0] != "section" or unit not in ("chars", "words"):
+        return None if per_line or per_item else target
+    if (each and singular) or per_item:
+        return ("items_in", target[1])
+    if per_line or re.search(r"\b(each|every|any|no) line (?:of|in|under) (?:the )?$", r.lower[:m_start]):
+        return ("lines_in", target[1])
+    if re.search(r"\b(each|every|any|no) (?:item|entry|bullet) (?:of|in|under) (?:the )?$", r.lower[:m_start]):
+        return ("items_in", target[1])
+    return target
+
+
+def _bare_after(r: Read, end: int, unit: str) -> tuple[str, str] | None:
+    """A template name right after the limit, after in/under/of/for: "at most three bullets in the Risks section"."""
+    for m_start, _, each, target, _ in r.bare:
+        if m_start >= end and re.fullmatch(r"\s+(?:in|under|of|for|within)\s+(?:the\s+|each\s+|every\s+|your\s+)?",
+                                           r.lower[end:m_start]):
+            return None if target[0] == "section" and each and unit in ("chars", "words") else target
+    return None
 
 
 MAX_LIMIT = 1_000_000_000  # a length limit above this (characters of one output) is not a limit
@@ -556,16 +683,20 @@ MAX_LIMIT = 1_000_000_000  # a length limit above this (characters of one output
 def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]]) -> Iterator[Derived]:
     r = None
     for m in LIMIT.finditer(s.text.lower()):
-        digits = m[2].replace(",", "")
-        if m[2] not in NUMBERS and (len(digits) > len(str(MAX_LIMIT)) or int(digits) > MAX_LIMIT):
-            problems.append((s.line, f"the limit '{m[1]} {m[2] if len(m[2]) <= 20 else m[2][:17] + '...'} {m[3]}' is above {MAX_LIMIT:,}: "
+        word, number, unit_word = _limit_parts(m)
+        digits = number.replace(",", "")
+        if number not in NUMBERS and (len(digits) > len(str(MAX_LIMIT)) or int(digits) > MAX_LIMIT):
+            problems.append((s.line, f"the limit '{word} {number if len(number) <= 20 else number[:17] + '...'} {unit_word}' is above {MAX_LIMIT:,}: "
                                      "state a smaller number, or leave the length to the judge"))
             continue
         r = r or read_sentence(s, names)
-        target = _limit_target(r, m.start(), UNITS[m[3]])
-        if target:
-            n = NUMBERS[m[2]] if m[2] in NUMBERS else int(digits)
-            yield Derived(limit_check(target, UNITS[m[3]], "min" if m[1] == "at least" else "max", n), s.line, s.text)
+        unit = UNITS[unit_word]
+        target = _limit_target(r, m.start(), m.end(), unit)
+        n = NUMBERS[number] if number in NUMBERS else int(digits)
+        below = BELOW.fullmatch(word) is not None
+        if target and not (below and n == 0):
+            bound = "min" if MINIMUM.fullmatch(word) else "max"
+            yield Derived(limit_check(target, unit, bound, n - 1 if below else n), s.line, s.text)
 
 
 def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
@@ -610,7 +741,7 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
             found += template_checks(template)
             names = {title: ("section", shown.lstrip("#").strip()) for _, title, shown, _ in template.heads}
             names.update({label.lower(): ("field", label) for label, _ in template.fields})
-    index = Names(names)
+    index = Names(names, {**(template.roles if template else {}), **names})
     for section in (output_format, rules):
         for s in sentences(section, parsed[id(section)]) if section is not None else ():
             got = [*enum_sentence(s, index), *limit_sentence(s, index, problems), *forbid_sentence(s, template),

@@ -412,3 +412,62 @@ def test_markdown_only_skills_resist_the_generic_exploits_without_a_judge(name, 
         for why, n in beaten.items():
             print(f"  {why:32} {n / len(tasks):.0%}")
     assert all(n >= 0.9 * len(tasks) for n in beaten.values()), beaten
+
+
+# ------------------------------------------------------------------ names in plain words (reference resolution)
+
+PLAIN = """```
+# <title>
+
+Title: <title line>
+
+## Summary
+<what changed>
+
+## Risks
+- <a risk>
+```
+"""
+PLAIN_GOOD = "# Fix login\n\nTitle: Fix login on long passwords\n\n## Summary\nLong passwords work again.\n\n## Risks\n- Old sessions expire\n- Tokens rotate"
+
+# (case, sentence, check name, output, expected)
+RESOLVED = [
+    ("the summary, within", "The summary is at most 200 characters.", "summary_max_chars", PLAIN_GOOD, True),
+    ("the summary, 400 characters", "The summary is at most 200 characters.", "summary_max_chars",
+     PLAIN_GOOD.replace("Long passwords work again.", "x" * 400), False),
+    ("each risk, within", "Each risk is at most 80 characters.", "risks_each_item_max_chars", PLAIN_GOOD, True),
+    ("each risk, one too long", "Each risk is at most 80 characters.", "risks_each_item_max_chars",
+     PLAIN_GOOD.replace("Tokens rotate", "y" * 90), False),
+    ("keep the title under 72, within", "Keep the title under 72 characters.", "title_max_chars", PLAIN_GOOD, True),
+    ("keep the title under 72, exactly 72", "Keep the title under 72 characters.", "title_max_chars",
+     PLAIN_GOOD.replace("Title: Fix login on long passwords", "Title: " + "t" * 72), False),
+    ("no more than three bullets in a section", "Write no more than three bullets in the Risks section.", "risks_max_items",
+     PLAIN_GOOD + "\n- a\n- b", False),
+    ("risks: three or fewer items", "Risks: 3 items or fewer.", "risks_max_items", PLAIN_GOOD, True),
+    ("every line of the summary", "Every line of the summary is at most 10 words.", "summary_each_line_max_words",
+     PLAIN_GOOD.replace("Long passwords work again.", "one two three four five six seven eight nine ten eleven"), False),
+]
+
+
+@pytest.mark.parametrize("case,sentence,name,output,expected", RESOLVED, ids=[r[0] for r in RESOLVED])
+def test_a_limit_names_its_subject_in_plain_words_and_the_check_catches_breaking_it(tmp_path, case, sentence, name, output, expected):
+    skill = make(tmp_path, PLAIN, f"- {sentence}")
+    got = results(skill, output)
+    assert name in got, f"{name} was not derived; derived: {sorted(got)}"
+    assert got[name] == expected
+    assert derive(skill).problems == ()
+
+
+def test_check_names_the_sentence_a_resolved_limit_came_from(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path, PLAIN, "- The summary is at most 200 characters.")
+    assert main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "summary_max_chars (format): section 'Summary' has at most 200 characters" in out
+    assert "demo/SKILL.md:32: The summary is at most 200 characters." in out
+
+
+def test_a_plain_name_that_is_not_the_subject_of_the_limit_is_not_taken_for_it(tmp_path):
+    skill = make(tmp_path, PLAIN, "- In the summary, every line is at most 120 characters.\n- Use at most 3 examples from the risks list.")
+    names = {d.fn.__name__ for d in derive(skill).checks}
+    assert "summary_each_line_max_chars" in names and "summary_max_chars" not in names and "risks_max_items" not in names
