@@ -133,9 +133,10 @@ def print_derived(console: Console, skill: Skill, taken: set[str]) -> None:
         console.print(f"  {name} ({flags}): {fn.__doc__}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"      {found.path}:{d.line}: {d.source}", highlight=False, markup=False, soft_wrap=True)
     if found.ignored:
-        console.print("left to the judge (reads like a constraint, matches no derived form):", markup=False)
+        console.print("not derived (reads like a limit, count or enumeration; the reward does not check it, the judge may):",
+                      markup=False)
         for s in found.ignored:
-            console.print(f"      {found.path}:{s.line}: {s.text}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"  not derived: {found.path}:{s.line}: {s.text}", highlight=False, markup=False, soft_wrap=True)
 
 
 def print_config(args, judge) -> None:

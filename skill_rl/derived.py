@@ -114,7 +114,8 @@ class Derived:
 @dataclass(frozen=True)
 class Derivation:
     checks: tuple[Derived, ...]
-    ignored: tuple[Sentence, ...]  # sentences that look like constraints but match no form: the judge reads them
+    ignored: tuple[Sentence, ...]  # sentences that read like a limit, count or enumeration but derive no check (or
+    # hold a limit whose subject the grammar cannot resolve): `--check` lists them as "not derived"
     path: str  # SKILL.md as displayed
     problems: tuple[str, ...] = ()  # one line per limit too big to read, contradiction or check no output can pass
 
@@ -680,7 +681,7 @@ def _bare_after(r: Read, end: int, unit: str) -> tuple[str, str] | None:
 MAX_LIMIT = 1_000_000_000  # a length limit above this (characters of one output) is not a limit
 
 
-def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]]) -> Iterator[Derived]:
+def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], spans: list | None = None) -> Iterator[Derived]:
     r = None
     for m in LIMIT.finditer(s.text.lower()):
         word, number, unit_word = _limit_parts(m)
@@ -697,6 +698,10 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]]) -
         if target and not (below and n == 0):
             bound = "min" if MINIMUM.fullmatch(word) else "max"
             yield Derived(limit_check(target, unit, bound, n - 1 if below else n), s.line, s.text)
+            if spans is not None:
+                spans.append(m.span())
+        elif spans is not None:
+            spans.append(None)
 
 
 def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
@@ -725,7 +730,15 @@ def input_sentence(s: Sentence) -> Iterator[Derived]:
 
 # ------------------------------------------------------------------ the whole derivation
 
-TRIGGERS = re.compile(r"\b(at most|no more than|at least|one of)\b")
+COUNTED = r"(?:sentences?|paragraphs?|lines?|words?|items?|bullets?|entries|entry|characters?|chars)"
+TRIGGERS = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly|between|only)\s+" + NUM + r"\b"
+                      r"|\b(?:at most|no more than|at least|one of)\b|\beither\b.{1,80}?\bor\b"
+                      r"|\b" + NUM + r"\s+(?:or|to)\s+" + NUM + r"\s+" + COUNTED + r"\b"
+                      r"|\b" + NUM + r"\s+" + COUNTED + r"\s+or\s+(?:fewer|less|more)\b"
+                      r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b")
+BARE_LIMIT = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly)\s+" + NUM + r"\b")
+"""A sentence that reads like a limit, count or enumeration: when nothing is derived from it (or one of its limits
+has no target), `--check` lists it as not derived, so that the author sees what the reward will not check."""
 TEMPLATE_INFO = ("", "markdown", "md", "text")
 
 
@@ -744,10 +757,13 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
     index = Names(names, {**(template.roles if template else {}), **names})
     for section in (output_format, rules):
         for s in sentences(section, parsed[id(section)]) if section is not None else ():
-            got = [*enum_sentence(s, index), *limit_sentence(s, index, problems), *forbid_sentence(s, template),
+            spans: list = []  # of each limit derived; None for a limit whose subject is not resolved
+            got = [*enum_sentence(s, index), *limit_sentence(s, index, problems, spans), *forbid_sentence(s, template),
                    *input_sentence(s)]
             found += got
-            if not got and TRIGGERS.search(s.text.lower()):
+            lower = s.text.lower()
+            if None in spans or (not got and TRIGGERS.search(lower)) or any(
+                    not any(a <= m.start() < b for a, b in spans) for m in BARE_LIMIT.finditer(lower)):
                 ignored.append(s)
     checks = _unique(found)
     problems += contradictions(checks, path)

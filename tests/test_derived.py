@@ -471,3 +471,32 @@ def test_a_plain_name_that_is_not_the_subject_of_the_limit_is_not_taken_for_it(t
     skill = make(tmp_path, PLAIN, "- In the summary, every line is at most 120 characters.\n- Use at most 3 examples from the risks list.")
     names = {d.fn.__name__ for d in derive(skill).checks}
     assert "summary_each_line_max_chars" in names and "summary_max_chars" not in names and "risks_max_items" not in names
+
+
+NOT_APPLIED = [
+    "List at least two risks.",  # a count of a noun that is no unit
+    "Summary: one or two sentences.",  # sentence counts
+    "The decision is either ship or hold.",  # an enumeration without values in backticks
+    "Use exactly three bullets in the Risks section.",  # "exactly"
+    "Each example is at most 80 characters.",  # a subject the template does not name
+]
+
+
+@pytest.mark.parametrize("sentence", NOT_APPLIED)
+def test_check_lists_what_reads_like_a_limit_but_is_not_derived_and_still_exits_0(tmp_path, capsys, monkeypatch, sentence):
+    monkeypatch.chdir(tmp_path)
+    skill = make(tmp_path, PLAIN, f"- {sentence}")
+    assert [s.text for s in derive(skill).ignored] == [sentence]
+    assert main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"]) == 0
+    assert f"not derived: demo/SKILL.md:32: {sentence}" in capsys.readouterr().out
+
+
+def test_a_sentence_with_one_limit_derived_and_one_not_is_listed_too(tmp_path):
+    skill = make(tmp_path, PLAIN, "- The summary is at most 200 characters and at most 3 examples.")
+    found = derive(skill)
+    assert "summary_max_chars" in {d.fn.__name__ for d in found.checks} and len(found.ignored) == 1
+
+
+def test_ordinary_prose_is_not_listed_as_not_derived(tmp_path):
+    skill = make(tmp_path, PLAIN, "- Write one line per risk.\n- Cite every `#<number>` of the input at least once.\n- Be brief.")
+    assert derive(skill).ignored == ()
