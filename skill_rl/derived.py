@@ -441,10 +441,14 @@ def read_template(source: str, first_line: int) -> Template:
         head, fld = heading(line), FIELD.match(line)
         if not line:
             continue
-        role = _role(line, head, fld, section, shown_title, first=not t.heads and not t.literals and not t.fields
-                     and not t.needs_text)
+        opening = not t.heads and not t.literals and not t.fields and not t.needs_text
+        role = _role(line, head, fld, section, shown_title, first=opening)
         if role:
             t.roles.setdefault(role[0], role[1])
+        if opening and not head:  # "the subject line" for `<type>: <subject>` opening the template
+            for h in holes:
+                if SHORT_PLACEHOLDER.fullmatch(f"<{h}>") and len(h.split()) <= 2:
+                    t.roles.setdefault(f"{h.strip()} line", ("first_line", ""))
         if head:
             section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
@@ -521,7 +525,7 @@ MAX_NAME_CHARS = 100  # a template name longer than this is found in prose only 
 
 
 NOT_NAMES = frozenset("line lines item items entry entries bullet bullets word words character characters output "
-                      "answer response text input first last value values name names".split())
+                      "input first last value values name names".split())
 
 
 def _forms(name: str) -> list[tuple[str, bool]]:
@@ -583,6 +587,9 @@ def _end(rx: re.Pattern | str, lower: str) -> int:
     return m.end() if m else -1
 
 
+SUBJECT_BEFORE = re.compile(r"(?:^|[:;,(]|\b(?:of|in|under|for|keep|limit|cap|and|to|per))\s*$")
+
+
 def read_sentence(s: Sentence, names: Names) -> Read:
     lower = s.text.lower()
     codes = [(off, t) for off, code in s.codes if (t := _code_target(s, names.names, off, code, False))]
@@ -600,8 +607,8 @@ def read_sentence(s: Sentence, names: Names) -> Read:
     return Read(lower, [o for o, _ in codes], [t for _, t in codes], [e for e, _, _ in mentions], name_best,
                 _end(r"first line", lower), _end(r"\b(each|every|any|no) line\b|\ball lines\b", lower),
                 _end(r"\b(each|every) (item|entry|bullet)\b", lower), WHOLE.search(lower) is not None,
-                [(m.start(2), m.end(2), m[1] in ("each", "every", "any"), *names.plain[m[2]]) for m in names.rx.finditer(lower)]
-                if names.rx else [])
+                [(m.start(2), m.end(2), m[1] in ("each", "every", "any"), *names.plain[m[2]]) for m in names.rx.finditer(lower)
+                 if m[1] or SUBJECT_BEFORE.search(lower[: m.start()])] if names.rx else [])
 
 
 def _known_name(r: Read, end: int) -> tuple[str, str] | None:
@@ -625,12 +632,14 @@ def enum_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
         yield Derived(enum_check(target[0], target[1], values), s.line, s.text)
 
 
-def _limit_target(r: Read, start: int, end: int, unit: str) -> tuple[str, str] | None:
+def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> tuple[str, str] | None:
     """What a limit found at lower[start:end] is about: a name in backticks or followed by section/field/line,
     then a template name (a heading, field or placeholder) in the sentence's words before the limit ("the
     summary", "each risk"), then the first line, each line or each item, then a template name after the limit
     ("in the Risks section", "under Highlights"), then the whole output."""
-    named = _known_name(r, start) or _bare_before(r, start, unit)
+    named = _known_name(r, start) or _bare_before(r, start, unit, floor)
+    if named == SKIP:
+        return None
     if named is None and not (0 <= r.first_line <= start or 0 <= r.each_line <= start or 0 <= r.each_item <= start):
         named = _bare_after(r, end, unit)
     if named:
@@ -644,22 +653,26 @@ def _limit_target(r: Read, start: int, end: int, unit: str) -> tuple[str, str] |
     return ("output", "") if r.whole else None
 
 
-def _bare_before(r: Read, start: int, unit: str) -> tuple[str, str] | None:
+SKIP = ("", "")  # a subject named but not one a check can read: the limit derives nothing
+
+
+def _bare_before(r: Read, start: int, unit: str, floor: int = 0) -> tuple[str, str] | None:
     """The last template name written as plain words before `start`: "the summary" names its section or field;
     "each risk" (the singular of a plural section name, after each/every/any) names each item of that section;
-    "each line of the summary" each line of it."""
+    "each line of the summary" each line of it. Names before `floor` (the end of the sentence's previous limit) are
+    that limit's."""
     best = None
     for m_start, m_end, each, target, singular in r.bare:
-        if m_end <= start:
+        if floor <= m_start and m_end <= start:
             best = (m_start, each, target, singular)
     if best is None:
         return None
     m_start, each, target, singular = best
     between = r.lower[m_start:start]
     per_line = re.search(r"\b(each|every|any|no) line\b|\ball lines\b", between)
-    per_item = re.search(r"\b(each|every|any|no) (item|entry|bullet)\b", between)
+    per_item = not per_line and re.search(r"\b(each|every|any)\b", between)
     if target[0] != "section" or unit not in ("chars", "words"):
-        return None if per_line or per_item else target
+        return SKIP if per_line or per_item or each else target  # "each post" where `<post>` is one line: unclear
     if (each and singular) or per_item:
         return ("items_in", target[1])
     if per_line or re.search(r"\b(each|every|any|no) line (?:of|in|under) (?:the )?$", r.lower[:m_start]):
@@ -681,8 +694,36 @@ def _bare_after(r: Read, end: int, unit: str) -> tuple[str, str] | None:
 MAX_LIMIT = 1_000_000_000  # a length limit above this (characters of one output) is not a limit
 
 
+COUNT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r")\s+" + NUM
+                   + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
+
+
+def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
+    """"at most N <things>" where <things> is a plural section name of the template, alone or before items,
+    entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items."""
+    for m in COUNT.finditer(s.text.lower()):
+        words = m[3].split()
+        for k in range(len(words), 0, -1):
+            head = " ".join(words[:k])
+            hit = names.plain.get(head)
+            rest = words[k] if k < len(words) else ""
+            if hit and hit[0][0] == "section" and not hit[1] and (head.endswith("s") or rest in ("items", "entries", "bullets")) \
+                    and head not in UNITS:
+                number = m[2].replace(",", "")
+                n = NUMBERS[m[2]] if m[2] in NUMBERS else int(number)
+                if len(number) > 9 or (BELOW.fullmatch(m[1]) and n == 0):
+                    break
+                below = BELOW.fullmatch(m[1]) is not None
+                yield Derived(limit_check(hit[0], "items", "min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n),
+                              s.line, s.text)
+                if spans is not None:
+                    spans.append(m.span())
+                break
+
+
 def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], spans: list | None = None) -> Iterator[Derived]:
-    r = None
+    r, floor = None, 0
+    yield from _count_sentence(s, names, spans)
     for m in LIMIT.finditer(s.text.lower()):
         word, number, unit_word = _limit_parts(m)
         digits = number.replace(",", "")
@@ -692,7 +733,8 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], s
             continue
         r = r or read_sentence(s, names)
         unit = UNITS[unit_word]
-        target = _limit_target(r, m.start(), m.end(), unit)
+        target = _limit_target(r, m.start(), m.end(), unit, floor)
+        floor = m.end()
         n = NUMBERS[number] if number in NUMBERS else int(digits)
         below = BELOW.fullmatch(word) is not None
         if target and not (below and n == 0):

@@ -444,6 +444,8 @@ RESOLVED = [
     ("no more than three bullets in a section", "Write no more than three bullets in the Risks section.", "risks_max_items",
      PLAIN_GOOD + "\n- a\n- b", False),
     ("risks: three or fewer items", "Risks: 3 items or fewer.", "risks_max_items", PLAIN_GOOD, True),
+    ("at least two risks: counts the section's items", "List at least two risks.", "risks_min_items", PLAIN_GOOD, True),
+    ("at most one risk entry", "Write at most 1 risks entries.", "risks_max_items", PLAIN_GOOD, False),
     ("every line of the summary", "Every line of the summary is at most 10 words.", "summary_each_line_max_words",
      PLAIN_GOOD.replace("Long passwords work again.", "one two three four five six seven eight nine ten eleven"), False),
 ]
@@ -474,7 +476,7 @@ def test_a_plain_name_that_is_not_the_subject_of_the_limit_is_not_taken_for_it(t
 
 
 NOT_APPLIED = [
-    "List at least two risks.",  # a count of a noun that is no unit
+    "List at least two examples.",  # a count of a noun that is no unit nor a section
     "Summary: one or two sentences.",  # sentence counts
     "The decision is either ship or hold.",  # an enumeration without values in backticks
     "Use exactly three bullets in the Risks section.",  # "exactly"
@@ -500,3 +502,9 @@ def test_a_sentence_with_one_limit_derived_and_one_not_is_listed_too(tmp_path):
 def test_ordinary_prose_is_not_listed_as_not_derived(tmp_path):
     skill = make(tmp_path, PLAIN, "- Write one line per risk.\n- Cite every `#<number>` of the input at least once.\n- Be brief.")
     assert derive(skill).ignored == ()
+
+
+def test_each_of_a_one_line_subject_is_unclear_and_listed_not_derived(tmp_path):
+    found = derive(make(tmp_path, PLAIN, "- Each title is under 9 characters."))
+    assert "title_max_chars" not in {d.fn.__name__ for d in found.checks}
+    assert [s.text for s in found.ignored] == ["Each title is under 9 characters."]
