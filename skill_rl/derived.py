@@ -18,11 +18,19 @@ From the template (a `<placeholder>` is `<` text `>`, no nested brackets):
 From sentences:
   <name>_one_of        "`Severity` is one of `low`, `medium`, `high`": a name before "one of" (in
                        backticks, or a template heading or field), at least two values in backticks after
-  <target>_max_<unit>  "at most N <unit>", "no more than N <unit>"; `_min_` for "at least N <unit>".
-                       unit: characters, words, lines or items (list items); target, first found before
-                       the number: a named section or field (`Name`, or "Name section|field|line" for a
-                       template name), "first line", "each/every/any/no line", "each/every item|entry|
-                       bullet", or anywhere in the sentence "whole output", "the output", "in all"
+  <target>_max_<unit>  "at most N <unit>", "no more than N", "up to N", "N <unit> or fewer", ...; "under N",
+                       "fewer than N", "less than N" give at most N - 1; `_min_` for "at least N <unit>".
+                       unit: characters, words, lines or items (list items); target, first found: a named
+                       section or field before the number (`Name`, or "Name section|field|line" for a
+                       template name); a template name in plain words before it (reference resolution: a
+                       heading, field or short placeholder, any case, singular or plural, after a
+                       determiner, a preposition or the sentence start: "the summary", "each risk" = each
+                       item of `Risks`, "every line of the summary"); "first line", "each/every/any/no
+                       line", "each/every item|entry|bullet"; a template name after the limit behind
+                       in/under/of/for; or anywhere in the sentence "whole output", "the output", "in all".
+                       "at most N <plural section name>" ("no more than six changes") counts its items.
+  not derived          a sentence that reads like a limit, count or enumeration (TRIGGERS) but derives no
+                       check, or holds a limit whose subject is not resolved: `--check` lists it
   no_code_fence        a negated mention of code fences or blocks ("no code fences", "do not wrap it in a
                        code fence"): no output line opens with ``` or ~~~
   no_preamble          "no preamble", "nothing before", "no text before", "do not add text before",
