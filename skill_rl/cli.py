@@ -16,6 +16,7 @@ from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list
                      shipped_skills_dir, show)
 
 TEMPLATE = Path(__file__).parent / "template"
+TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")  # what --init writes
 
 
 class Exit(Exception):
@@ -57,10 +58,10 @@ def init_skill(skills_dir: Path, name: str) -> int:
         raise Exit(2, f"{folder} already exists; pick another name")
     folder.mkdir(parents=True)
     title = name.replace("-", " ").capitalize()
-    for src in TEMPLATE.iterdir():
-        text = src.read_text().replace("{name}", name).replace("{title}", title)
-        (folder / src.name).write_text(text)
-    print(f"created {folder}/SKILL.md and tasks.jsonl: edit them, then run --skill {name} --check")
+    for file in TEMPLATE_FILES:
+        text = (TEMPLATE / file).read_text().replace("{name}", name).replace("{title}", title)
+        (folder / file).write_text(text)
+    print(f"created {folder}/SKILL.md, tasks.jsonl and checks.py (one check): edit them, then run --skill {name} --check")
     return 0
 
 

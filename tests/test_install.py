@@ -64,6 +64,7 @@ def test_a_wheel_in_a_fresh_venv_lists_checks_and_inits_from_another_directory(t
     code, out = run([str(script), "--init", "my-new-skill"], cwd=work, env=env)
     assert code == 0, out
     assert (work / "skills" / "my-new-skill" / "SKILL.md").is_file()
+    assert (work / "skills" / "my-new-skill" / "checks.py").is_file()  # the wheel carries the template's checks.py
     assert not list((tmp_path / "venv").rglob("my-new-skill"))  # never into the install
     code, out = run([str(python), "-c", "import sys; from train_skill import main; from skill_rl.skills import skill_dirs; "
                      "print(*skill_dirs(), sep='\\n'); "

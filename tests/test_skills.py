@@ -1,5 +1,6 @@
 """Loading and linting skills: every shipped skill passes, every malformed one fails with an exact message."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,33 @@ def test_init_creates_a_skill_that_passes_check(tmp_path, capsys):
     assert main(["--skills-dir", str(tmp_path), "--init", "release-notes"]) == 0
     assert main(["--skills-dir", str(tmp_path), "--skill", "release-notes", "--check"]) == 0
     assert main(["--skills-dir", str(tmp_path), "--init", "release-notes"]) == 2  # never overwrites
+
+
+def test_init_writes_a_checks_py_whose_one_check_passes_an_answer_and_fails_an_empty_one(tmp_path, capsys):
+    assert main(["--skills-dir", str(tmp_path), "--init", "my-skill"]) == 0
+    assert "from skill_rl import Task, check" in (tmp_path / "my-skill" / "checks.py").read_text()
+    assert main(["--skills-dir", str(tmp_path), "--skill", "my-skill", "--check"]) == 0
+    assert "deterministic checks (checks.py): answer_written" in capsys.readouterr().out
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text(json.dumps({"task_id": "example-1", "output": "## Answer\nBecause of X.\n\nConfidence: high\n\n"
+                                   "## Sources\n- the manual"}) + "\n"
+                       + json.dumps({"task_id": "example-1", "output": "## Answer\n\n## Sources\n- the manual"}) + "\n")
+    scored = tmp_path / "scored.jsonl"
+    assert main(["--skills-dir", str(tmp_path), "--skill", "my-skill", "--score", str(outputs), "--judge", "none",
+                 "--out", str(scored)]) == 0
+    answered, empty = [json.loads(line) for line in scored.read_text().splitlines()]
+    assert answered["checks"]["answer_written"] is True and empty["checks"]["answer_written"] is False
+    assert answered["reward"] > empty["reward"]
+
+
+def test_the_public_api_for_checks_is_check_and_task():
+    import skill_rl
+    from skill_rl.rubric import check
+    from skill_rl.skills import Task
+
+    assert (skill_rl.check, skill_rl.Task) == (check, Task)
+    with pytest.raises(AttributeError):
+        skill_rl.not_a_name
 
 
 def test_check_runs_as_a_process_without_importing_art_or_litellm(tmp_path):
