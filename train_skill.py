@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from skill_rl import backends, flags, keys, mining, repeats, warmstart
-from skill_rl.cli import Exit
+from skill_rl.errors import Exit
 from skill_rl.rubric import checks_only_problem
 from skill_rl.runlock import RunLock, Stopper
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs

@@ -28,7 +28,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from . import cpu, flags, warmstart
-from .cli import Exit
+from .errors import Exit
 
 
 LOCAL_INSTALL = 'pip install --extra-index-url https://download.pytorch.org/whl/cu128 -e ".[backend]"'

@@ -11,20 +11,13 @@ from rich.table import Table
 
 from .console import literal
 from .derived import derive
+from .errors import Exit
 from .rubric import checks_cover, reference_problems
 from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir, show)
 
 TEMPLATE = Path(__file__).parent / "template"
 TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")  # what --init writes
-
-
-class Exit(Exception):
-    """A clean, one-message exit with a status code (2: bad input or setup, 1: something failed)."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 def list_skills(skills_dirs: list[Path]) -> int:

@@ -51,7 +51,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from . import flags
-from .cli import Exit
+from .errors import Exit
 from .skills import brief, show
 
 TINY_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

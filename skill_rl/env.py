@@ -35,7 +35,7 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 def _read(path: Path) -> dict[str, str | None]:
     from dotenv import dotenv_values
 
-    from .cli import Exit
+    from .errors import Exit
 
     try:
         with open(path, "rb") as f:
@@ -55,7 +55,7 @@ def _read(path: Path) -> dict[str, str | None]:
 
 def load_env(script_dir: Path) -> list[Path]:
     """Load `.env` from the working directory upwards, then beside the script; return the files read.
-    Raises cli.Exit(2) for a file that is not UTF-8."""
+    Raises errors.Exit(2) for a file that is not UTF-8."""
     from dotenv import find_dotenv
 
     found = [Path(p) for p in (find_dotenv(usecwd=True), script_dir / ".env") if p and Path(p).is_file()]

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .cli import Exit
+from .errors import Exit
 from .console import chart_text, clean
 from .keys import redact
 from .progress import bar

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from .cli import Exit
+from .errors import Exit
 from .keys import redact
 
 

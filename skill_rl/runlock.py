@@ -24,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .cli import Exit
+from .errors import Exit
 
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .cli import Exit
+from .errors import Exit
 from . import repeats
 from .progress import bar
 from .records import Sink, digest, prepare_file, refuse_foreign, skill_files

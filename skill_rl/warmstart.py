@@ -32,7 +32,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import cpu, flags
-from .cli import Exit
+from .errors import Exit
 from .evaluate import Endpoint, client, generate, parse_spec
 from .keys import MASK, redact
 from .skills import MAX_LINE_CHARS, Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display, show

@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 
 from conftest import small_git_commit
 from skill_rl import backends
-from skill_rl.cli import Exit
+from skill_rl.errors import Exit
 from skill_rl.dryrun import DryRunBackend
 from train_skill import main, parse_args
 

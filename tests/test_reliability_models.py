@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from skill_rl import cpu
-from skill_rl.cli import Exit
+from skill_rl.errors import Exit
 
 
 def gguf_bytes(tensors: int = 1, cut: int = 0) -> bytes:

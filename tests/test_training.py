@@ -128,7 +128,7 @@ def test_auto_backend_without_gpu_keys_or_cpu_extra_exits_2_with_guidance(tmp_pa
 
 def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypatch):
     from skill_rl import backends, cpu
-    from skill_rl.cli import Exit
+    from skill_rl.errors import Exit
 
     if Path("/proc/driver/nvidia").exists():
         pytest.skip("this machine has a GPU")
