@@ -32,9 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import backends, flags, keys, mining, repeats, warmstart
+from skill_rl.training import backends, warmstart
+from skill_rl import flags, keys, mining
+from skill_rl.scoring import repeats
 from skill_rl.errors import Exit
-from skill_rl.rubric import checks_only_problem
+from skill_rl.scoring.rubric import checks_only_problem
 from skill_rl.runlock import RunLock, Stopper
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
@@ -112,7 +114,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def make_judge(args):
     """The judge from flags and environment (the one place secrets and endpoints are read)."""
     from skill_rl.env import judge_env_problem
-    from skill_rl.reward import DEFAULT_JUDGE, Judge
+    from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
 
     if args.judge == "none":
         return None
@@ -155,10 +157,10 @@ async def train(args, skill, judge, sft) -> int:
     from art.utils.iterate_dataset import iterate_dataset
 
     from skill_rl.evaluate import print_table, summarize
-    from skill_rl.monitor import Monitor
-    from skill_rl.plots import PLOT_NAME, Plotter
-    from skill_rl.reward import Scorer
-    from skill_rl.rollout import quiet_failed_rollouts, rollout, score_group
+    from skill_rl.training.monitor import Monitor
+    from skill_rl.training.plots import PLOT_NAME, Plotter
+    from skill_rl.scoring.reward import Scorer
+    from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
 
     train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val")[:args.limit], args)
     if not train_tasks:

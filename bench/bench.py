@@ -38,10 +38,11 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from openai_server import FakeOpenAI  # noqa: E402
 
-from skill_rl.backends import fill_defaults  # noqa: E402
-from skill_rl.reward import Judge, Scorer, rubric  # noqa: E402
-from skill_rl.rubric import run_checks, run_checks_group, skill_checks  # noqa: E402
-from skill_rl.derived import derive, view  # noqa: E402
+from skill_rl.training.backends import fill_defaults  # noqa: E402
+from skill_rl.scoring.reward import Judge, Scorer, rubric  # noqa: E402
+from skill_rl.scoring.checks import run_checks, run_checks_group
+from skill_rl.scoring.rubric import skill_checks  # noqa: E402
+from skill_rl.scoring.derived import derive, view  # noqa: E402
 from skill_rl.skills import list_skills, load_skill  # noqa: E402
 
 
@@ -88,11 +89,11 @@ def phase_timers(buckets: list[dict], plots: list[float]):
 
     import art
 
-    import skill_rl.plots
-    import skill_rl.reward
-    import skill_rl.rollout
+    import skill_rl.training.plots
+    import skill_rl.scoring.reward
+    import skill_rl.training.rollout
     from skill_rl.dryrun import DryRunBackend
-    from skill_rl.monitor import Monitor
+    from skill_rl.training.monitor import Monitor
 
     def timed(phase, fn):  # into the bucket open when the call started (the plot is drawn in a thread, later)
         if asyncio.iscoroutinefunction(fn):
@@ -112,7 +113,7 @@ def phase_timers(buckets: list[dict], plots: list[float]):
                     bucket[phase] = bucket.get(phase, 0.0) + time.perf_counter() - start
         return wrapper
 
-    gather0, rollout0, plot0 = art.gather_trajectory_groups, skill_rl.rollout.rollout, skill_rl.plots.reward_plot
+    gather0, rollout0, plot0 = art.gather_trajectory_groups, skill_rl.training.rollout.rollout, skill_rl.training.plots.reward_plot
 
     def drawn(*a, **k):  # in a worker thread, while later buckets open: every drawing in order, in a bucket of its own
         start = time.perf_counter()
@@ -138,13 +139,13 @@ def phase_timers(buckets: list[dict], plots: list[float]):
 
     with contextlib.ExitStack() as stack:
         for target, name, new in [
-            (art, "gather_trajectory_groups", gather), (skill_rl.rollout, "rollout", rollout),
-            (skill_rl.reward, "run_checks_group", timed("checks", skill_rl.reward.run_checks_group)),
+            (art, "gather_trajectory_groups", gather), (skill_rl.training.rollout, "rollout", rollout),
+            (skill_rl.scoring.reward, "run_checks_group", timed("checks", skill_rl.scoring.reward.run_checks_group)),
             (Monitor, "step", timed("monitor", Monitor.step)),
             (DryRunBackend, "train", timed("train", DryRunBackend.train)),
             (art.TrainableModel, "log", timed(lambda k: "log" if k.get("split") == "train" else "val_log", art.TrainableModel.log)),
-            (skill_rl.plots, "reward_plot", drawn),
-            (skill_rl.plots.Plotter, "draw", timed("plot_wait", skill_rl.plots.Plotter.draw))]:
+            (skill_rl.training.plots, "reward_plot", drawn),
+            (skill_rl.training.plots.Plotter, "draw", timed("plot_wait", skill_rl.training.plots.Plotter.draw))]:
             stack.enter_context(mock.patch.object(target, name, new))
         yield
 

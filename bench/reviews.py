@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from skill_rl import exploits  # noqa: E402
-from skill_rl.diffs import parse_diff  # noqa: E402
-from skill_rl.rubric import score_offline  # noqa: E402
+from skill_rl.scoring import exploits  # noqa: E402
+from skill_rl.scoring.diffs import parse_diff  # noqa: E402
+from skill_rl.scoring.rubric import score_offline  # noqa: E402
 from skill_rl.skills import load_skill, load_tasks  # noqa: E402
 
 VAGUE = "this is wrong and must be fixed before merging."

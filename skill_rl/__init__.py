@@ -17,11 +17,11 @@ __all__ = ["check", "Task"]
 
 def __getattr__(name: str):
     if name == "check":
-        from .rubric import check
+        from skill_rl.scoring.checks import check
 
         return check
     if name == "Task":
-        from .skills import Task
+        from skill_rl.skills import Task
 
         return Task
     raise AttributeError(f"module 'skill_rl' has no attribute {name!r}")

@@ -9,11 +9,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .console import literal
-from .derived import derive
-from .errors import Exit
-from .rubric import checks_cover, reference_problems
-from .skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
+from skill_rl.console import literal
+from skill_rl.scoring.derived import derive
+from skill_rl.errors import Exit
+from skill_rl.scoring.rubric import checks_cover, reference_problems
+from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir, show)
 
 TEMPLATE = Path(__file__).parent / "template"

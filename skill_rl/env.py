@@ -35,7 +35,7 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 def _read(path: Path) -> dict[str, str | None]:
     from dotenv import dotenv_values
 
-    from .errors import Exit
+    from skill_rl.errors import Exit
 
     try:
         with open(path, "rb") as f:

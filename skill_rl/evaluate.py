@@ -23,14 +23,14 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import Exit
-from .console import chart_text, clean
-from .keys import redact
-from .progress import bar
-from .records import Sink, digest, prepare_folder, refuse_foreign, skill_files
-from .reward import Judge, Scorer
-from .runlock import interrupted_as
-from .skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
+from skill_rl.errors import Exit
+from skill_rl.console import chart_text, clean
+from skill_rl.keys import redact
+from skill_rl.progress import bar
+from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill_files
+from skill_rl.scoring.reward import Judge, Scorer
+from skill_rl.runlock import interrupted_as
+from skill_rl.skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
 MAX_KEPT_OUTPUT = 100_000  # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
 SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
@@ -107,7 +107,7 @@ def print_table(skill: Skill, rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .console import literal
+    from skill_rl.console import literal
 
     head, body = _rows(rows)
     console = Console()

@@ -19,8 +19,8 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose error is one line on stderr, `error: argument --x: ...`, and exit status 2."""
 
     def error(self, message: str):
-        from .console import clean
-        from .keys import redact
+        from skill_rl.console import clean
+        from skill_rl.keys import redact
 
         sys.stderr.write(f"error: {redact(clean(message))} (see --help)\n")
         sys.exit(2)
@@ -88,7 +88,7 @@ def model_spec(text: str) -> str:
 
 def skill_name(text: str) -> str:
     """A skill's name (--skill, --init): one folder, by the Agent Skills naming rule."""
-    from .skills import NAME_RE
+    from skill_rl.skills import NAME_RE
 
     if not NAME_RE.fullmatch(text) or len(text) > 64:
         raise argparse.ArgumentTypeError(f"a skill name is 1-64 characters of a-z, 0-9 and single '-', got {text!r}")

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import flags
-from .diffs import Diff, parse_diff
-from .keys import redact, secret_in
-from .records import refuse_inputs, skill_files
-from .skills import Skill, atomic_write, display, parse_task_line, replace_problem
+from skill_rl import flags
+from skill_rl.scoring.diffs import Diff, parse_diff
+from skill_rl.keys import redact, secret_in
+from skill_rl.records import refuse_inputs, skill_files
+from skill_rl.skills import Skill, atomic_write, display, parse_task_line, replace_problem
 
 HOOK = "task_from_commit"
 GIT_TIMEOUT = 60.0  # seconds for any one git call
@@ -248,7 +248,7 @@ class FileChange:
 @dataclass
 class Commit:
     """One commit, as `task_from_commit` receives it. `files`, `diff` and `parsed` (`diff` read by
-    skill_rl.diffs.parse_diff) run git on first use, so a hook that rejects a commit by its message
+    skill_rl.scoring.diffs.parse_diff) run git on first use, so a hook that rejects a commit by its message
     costs no diff. Reading `diff` raises Skip, which the core counts, when the diff is over the size
     bound, not UTF-8, empty, or only binary, generated or lock files."""
 

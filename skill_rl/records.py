@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from .errors import Exit
-from .keys import redact
+from skill_rl.errors import Exit
+from skill_rl.keys import redact
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -24,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .errors import Exit
+from skill_rl.errors import Exit
 
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import Exit
-from . import repeats
-from .progress import bar
-from .records import Sink, digest, prepare_file, refuse_foreign, skill_files
-from .reward import Judge, Scorer
-from .runlock import interrupted_as
-from .skills import Skill, Task, atomic_write, no_duplicate_keys, read_jsonl
+from skill_rl.errors import Exit
+from skill_rl.scoring import repeats
+from skill_rl.progress import bar
+from skill_rl.records import Sink, digest, prepare_file, refuse_foreign, skill_files
+from skill_rl.scoring.reward import Judge, Scorer
+from skill_rl.runlock import interrupted_as
+from skill_rl.skills import Skill, Task, atomic_write, no_duplicate_keys, read_jsonl
 
 
 class Item(BaseModel):
@@ -142,7 +142,7 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .console import clean, literal
+    from skill_rl.console import clean, literal
 
     for e in summary["errors"]:
         print(clean(e), file=sys.stderr)  # one line each, never wrapped

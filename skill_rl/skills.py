@@ -32,7 +32,7 @@ import yaml
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .watchdog import Timeout, Watchdog
+from skill_rl.watchdog import Timeout, Watchdog
 
 DIMENSIONS = ("format", "procedure", "correctness")
 DEFAULT_WEIGHTS = {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
@@ -74,7 +74,7 @@ _repr = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, max
 
 def brief(error: BaseException, limit: int = 200) -> str:
     """An exception as one bounded line: `ZeroDivisionError: division by zero`."""
-    from .keys import redact
+    from skill_rl.keys import redact
 
     text = " ".join(redact(str(error)).split())
     text = text if len(text) <= limit else text[: limit - 3] + "..."
@@ -683,7 +683,7 @@ def atomic_write(path: Path, text: str | bytes) -> None:
     one. The one write path for every output we replace: a new temporary file with a unique name in the
     same folder (created with O_EXCL, so a link planted at any name is never followed), then renamed over
     `path`, which must be a regular file or nothing (OSError otherwise). Text is redacted, like every sink."""
-    from .keys import redact  # what is written is redacted, like every other sink
+    from skill_rl.keys import redact  # what is written is redacted, like every other sink
 
     path = Path(path)
     if problem := replace_problem(path):

@@ -15,7 +15,7 @@ from art import dev
 from openai import AsyncOpenAI
 
 from conftest import small_git_commit
-from skill_rl import backends
+from skill_rl.training import backends
 from skill_rl.errors import Exit
 from skill_rl.dryrun import DryRunBackend
 from train_skill import main, parse_args

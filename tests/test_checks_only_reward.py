@@ -1,5 +1,5 @@
 """What a checks-only reward pays for: `--judge none` training refuses a reward that cannot see correctness,
-and text repeated across a step's tasks is paid for nowhere (skill_rl/repeats.py)."""
+and text repeated across a step's tasks is paid for nowhere (skill_rl/scoring/repeats.py)."""
 
 import json
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl import repeats
+from skill_rl.scoring import repeats
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl.diffs import parse_diff
+from skill_rl.scoring.diffs import parse_diff
 from skill_rl.skills import Task, load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def _rewrite(task, finding):
 
 
 def _share_below(pairs):
-    from skill_rl.rubric import score_offline
+    from skill_rl.scoring.rubric import score_offline
 
     below = 0
     for task, good, bad in pairs:
@@ -200,7 +200,7 @@ def test_a_finding_that_says_nothing_about_its_lines_loses_to_a_precise_one_on_r
 
 
 def test_adding_blocking_findings_to_the_real_review_never_pays_on_real_fixes():
-    from skill_rl.rubric import score_offline
+    from skill_rl.scoring.rubric import score_offline
 
     above = 0
     for t in FIXES:
@@ -214,7 +214,7 @@ def test_adding_blocking_findings_to_the_real_review_never_pays_on_real_fixes():
 
 
 def test_one_verdict_for_everything_loses_on_real_data_either_way():
-    from skill_rl import exploits
+    from skill_rl.scoring import exploits
 
     pairs = [(t, t.reference, exploits.lgtm(None, t)) for t in FIXES]
     pairs += [(t, t.reference, exploits.always_request_changes(None, t)) for t in REAL if not t.expect.defects]

@@ -38,7 +38,7 @@ One line of at most five words.
 
 - Repeat the word.
 """
-CHECKS = '''from skill_rl.rubric import check
+CHECKS = '''from skill_rl import check
 
 
 @check("format")
@@ -135,7 +135,7 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
 
 def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tmp_path):
     import train_skill
-    from skill_rl import backends
+    from skill_rl.training import backends
     from skill_rl.skills import load_skill
 
     with_refs = load_skill(shout_skill(tmp_path / "a") / "shout")

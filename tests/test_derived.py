@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl.derived import derive
-from skill_rl.rubric import run_checks, score_offline, skill_checks
+from skill_rl.scoring.derived import derive
+from skill_rl.scoring.checks import run_checks
+from skill_rl.scoring.rubric import score_offline, skill_checks
 from skill_rl.skills import Task, load_skill
 from train_skill import main
 
@@ -206,7 +207,7 @@ def test_derive_checks_must_be_true_or_false(tmp_path, capsys, monkeypatch):
 
 
 HAND_WRITTEN = '''
-from skill_rl.rubric import check
+from skill_rl import check
 
 @check("format")
 def headings(output, task):
@@ -229,7 +230,7 @@ def test_a_hand_written_check_of_the_same_name_replaces_the_derived_one(tmp_path
 
 def test_every_scorer_path_uses_derived_checks(tmp_path, capsys):
     """Training and --eval score through reward.Scorer, --score offline through score_offline: both see them."""
-    from skill_rl.reward import Scorer
+    from skill_rl.scoring.reward import Scorer
 
     skill = make(tmp_path, TEMPLATE)
     assert [f.__name__ for f in Scorer(skill, None).fns] == [f.__name__ for f in skill_checks(skill)] != []

@@ -9,7 +9,7 @@ derived. The template's own checks (headings, template_lines, placeholders_fille
 import json
 from pathlib import Path
 
-from skill_rl.derived import derive
+from skill_rl.scoring.derived import derive
 from skill_rl.skills import Task, load_skill
 
 CORPUS = Path(__file__).resolve().parent / "data" / "skills-corpus"

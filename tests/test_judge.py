@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl.reward import REMOVED, Judge, Scorer, rubric
-from skill_rl.rubric import score_offline
+from skill_rl.scoring.reward import REMOVED, Judge, Scorer, rubric
+from skill_rl.scoring.rubric import score_offline
 from skill_rl.skills import Task, load_skill
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl.diffs import parse_diff, reverse_diff
+from skill_rl.scoring.diffs import parse_diff, reverse_diff
 from skill_rl.mining import split_of
 from train_skill import main
 

@@ -11,7 +11,7 @@ import pytest
 import train_skill
 from conftest import small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl.monitor import Monitor, collapse
+from skill_rl.training.monitor import Monitor, collapse
 
 
 def group(task_id, outputs, **metrics):

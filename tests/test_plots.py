@@ -2,7 +2,7 @@
 
 import json
 
-from skill_rl.plots import read_history, reward_plot
+from skill_rl.training.plots import read_history, reward_plot
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -32,7 +32,7 @@ def test_a_training_run_draws_the_plot_off_its_path_and_waits_for_it_at_the_end(
     import asyncio
     import threading
 
-    from skill_rl import plots
+    from skill_rl.training import plots
 
     release, drawn = threading.Event(), []
 

@@ -13,15 +13,17 @@ import pytest
 
 from conftest import SMALL_DIFF, deadline, small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl import rubric, skills
-from skill_rl.rubric import run_checks, skill_checks
+from skill_rl.scoring import rubric
+from skill_rl import skills
+from skill_rl.scoring.checks import run_checks
+from skill_rl.scoring.rubric import skill_checks
 from skill_rl.skills import SkillError, load_skill
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD_MD = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0]
 TASKS = '{"id": "a", "input": "What is 2+2?", "reference": "4"}\n{"id": "b", "input": "Capital of France?", "split": "val"}\n'
-HEADER = '''from skill_rl.rubric import check
+HEADER = '''from skill_rl import check
 
 
 @check("format")
@@ -108,7 +110,7 @@ def test_checks_cannot_change_the_task_or_its_expect(tmp_path, capsys):
     folder = demo(tmp_path, "return True",
                   tasks='{"id": "a", "input": "x", "expect": {"tags": ["a"], "by": {"k": [1]}}}\n') / "demo"
     (folder / "checks.py").write_text(
-        "from pydantic import BaseModel\nfrom skill_rl.rubric import check\n\n\n"
+        "from pydantic import BaseModel\nfrom skill_rl import check\n\n\n"
         "class Expect(BaseModel):\n    tags: list[str]\n    by: dict[str, list[int]]\n\n"
         '@check("format")\ndef grab_list(output, task):\n    task.expect.tags.append("b")\n\n'
         '@check("format")\ndef grab_dict(output, task):\n    task.expect.by["k"].append(2)\n\n'
@@ -246,7 +248,7 @@ def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name,
 
 
 def test_unfencing_a_judge_answer_is_linear_on_a_pathological_answer():
-    from skill_rl.reward import _unfence
+    from skill_rl.scoring.reward import _unfence
 
     answer = "```{" * (MB5 // 4)
     with deadline(10, "unfencing a 5 MB answer"):
@@ -257,7 +259,7 @@ def test_unfencing_a_judge_answer_is_linear_on_a_pathological_answer():
 def test_a_check_that_hangs_holds_the_event_loop_for_at_most_its_time_limit(tmp_path, fast_budget):
     import asyncio
 
-    from skill_rl.reward import Scorer
+    from skill_rl.scoring.reward import Scorer
 
     skill = load_skill(demo(tmp_path, "while True:\n        pass") / "demo")
     gaps = []

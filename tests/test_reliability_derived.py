@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from skill_rl.derived import derive
-from skill_rl.rubric import run_checks, skill_checks
+from skill_rl.scoring.derived import derive
+from skill_rl.scoring.checks import run_checks
+from skill_rl.scoring.rubric import skill_checks
 from skill_rl.skills import SkillError, Task
 from test_derived import TEMPLATE, make
 from train_skill import main

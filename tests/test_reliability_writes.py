@@ -100,7 +100,7 @@ def test_a_full_disk_for_warmstart_jsonl_is_one_line(tmp_path, monkeypatch, poli
     tasks = [json.loads(line) for line in path.read_text().splitlines()]
     path.write_text("".join(json.dumps({**t, "reference": "fix(app): raise the limit"}) + "\n" for t in tasks))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("skill_rl.warmstart.atomic_write", full_disk)
+    monkeypatch.setattr("skill_rl.training.warmstart.atomic_write", full_disk)
     code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
                                "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2",
                                "--sft", "--eval-every", "100")

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl.diffs import parse_diff
-from skill_rl.rubric import check, combine, run_checks, score_offline, skill_checks
+from skill_rl.scoring.diffs import parse_diff
+from skill_rl.scoring.checks import check, run_checks
+from skill_rl.scoring.rubric import combine, score_offline, skill_checks
 from skill_rl.skills import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -127,7 +127,8 @@ def test_auto_backend_without_gpu_keys_or_cpu_extra_exits_2_with_guidance(tmp_pa
 
 
 def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypatch):
-    from skill_rl import backends, cpu
+    from skill_rl.training import backends
+    from skill_rl import cpu
     from skill_rl.errors import Exit
 
     if Path("/proc/driver/nvidia").exists():

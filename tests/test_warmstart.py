@@ -9,7 +9,7 @@ import pytest
 
 from conftest import SMALL_DIFF, small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl.rubric import score_offline
+from skill_rl.scoring.rubric import score_offline
 from skill_rl.skills import load_skill
 from train_skill import main
 

@@ -14,10 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from skill_rl import diffs
-from skill_rl.diffs import parse_diff
-from skill_rl.injection import addresses_grader
-from skill_rl.rubric import check
+from skill_rl.scoring import diffs
+from skill_rl.scoring.diffs import parse_diff
+from skill_rl.scoring.injection import addresses_grader
+from skill_rl import check
 
 LABELS = ("praise", "nitpick", "suggestion", "issue", "todo", "question", "thought", "chore", "note",
           "typo", "polish", "quibble")
@@ -342,7 +342,7 @@ def no_false_alarms(output: str, task) -> bool | None:
 # non-merge commit (skill_rl/mining.py walks the history, bounds and filters the diff, dedups,
 # splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
 
-from skill_rl.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)
+from skill_rl.scoring.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)
 from skill_rl.mining import FileChange, Skip  # noqa: E402
 
 FIX = re.compile(r"^fix(\([^()\n]*\))?!?: \S")

@@ -14,10 +14,10 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skill_rl import diffs
-from skill_rl.diffs import parse_diff
-from skill_rl.injection import addresses_grader
-from skill_rl.rubric import check
+from skill_rl.scoring import diffs
+from skill_rl.scoring.diffs import parse_diff
+from skill_rl.scoring.injection import addresses_grader
+from skill_rl import check
 
 TYPES = ("build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test")
 Type = Literal["build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test"]
@@ -280,7 +280,7 @@ def _telling(header: str, rest: str, diff: str, contrast: frozenset[str]) -> int
 @check("correctness", key=True, covers=0.4)
 def grounded(output: str, task) -> float | None:
     """The subject is about this diff, in words specific to it. Each specific word of the subject (not filler like
-    "update", "code", "the") earns what it says about this diff (skill_rl/diffs.py `specificity`): 1 for a word
+    "update", "code", "the") earns what it says about this diff (skill_rl/scoring/diffs.py `specificity`): 1 for a word
     of the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only
     or Docker-only change); 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the
     skill's diffs) or a word for a broad kind of change (tests, docs, CI, dependencies); 0 for a word the diff

@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from skill_rl import diffs
-from skill_rl.rubric import check
+from skill_rl.scoring import diffs
+from skill_rl import check
 
 SECTIONS = {"breaking changes": "breaking", "features": "features", "fixes": "fixes", "internal": "internal",
             "highlights": "highlights"}

@@ -19,11 +19,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .rubric import CheckResults, Score, clamp, combine, run_checks_group, scoring, skill_checks, where
-from .injection import addresses_grader, normalise
-from .keys import redact
-from .skills import Skill, Task
-from .usage import JudgeUsage, recording
+from skill_rl.scoring.checks import CheckResults, run_checks_group, scoring, where
+from skill_rl.scoring.rubric import Score, clamp, combine, skill_checks
+from skill_rl.scoring.injection import addresses_grader, normalise
+from skill_rl.keys import redact
+from skill_rl.skills import Skill, Task
+from skill_rl.scoring.usage import JudgeUsage, recording
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
 MAX_EXPLANATION = 2_000  # characters of one judge explanation kept in scores, records and logs

@@ -63,8 +63,8 @@ from typing import Callable, Iterator, NamedTuple
 
 from markdown_it import MarkdownIt
 
-from .rubric import check
-from .skills import Section, Skill, SkillError, display
+from skill_rl.scoring.checks import check
+from skill_rl.skills import Section, Skill, SkillError, display
 
 _md = MarkdownIt("commonmark")
 PLACEHOLDER = re.compile(r"<([^<>\s][^<>]*)>")

@@ -53,7 +53,7 @@ def penalised(score, repeated: float):
 def apply_to_groups(groups) -> float:
     """A training step: scale each trajectory's reward by its repeated share (metric `repeated`); returns the
     step's mean repeated share."""
-    from .rollout import output_of  # not Trajectory.messages(): a pydantic TypeAdapter per call
+    from skill_rl.training.rollout import output_of  # not Trajectory.messages(): a pydantic TypeAdapter per call
 
     trajs = [t for g in groups for t in g.trajectories]
     items = [(str(t.metadata.get("task_id")), output_of(t)) for t in trajs]

@@ -2,7 +2,7 @@
 
 A policy trained against a judge learns that some words move the judge: "score this 1.0", a fake
 `</trajectory>` that closes its candidate block, "ignore the rubric". The judge sees candidates as
-escaped data and is told to ignore such text (skill_rl.reward), and skills' checks can refuse it
+escaped data and is told to ignore such text (skill_rl.scoring.reward), and skills' checks can refuse it
 with `addresses_grader`, so that no output earns a point, from checks or judge, by asking for it.
 
 The output is first read as a reader sees it (`normalise`: NFKC, invisible and control characters gone), so

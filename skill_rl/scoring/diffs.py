@@ -341,7 +341,7 @@ def background(inputs: tuple[str, ...]) -> frozenset[str]:
 
 def current_background() -> frozenset[str]:
     """`background` of the skill's tasks being scored (empty outside scoring, or for a small skill)."""
-    from .rubric import task_inputs  # the skill's tasks while scoring (rubric.scoring)
+    from skill_rl.scoring.checks import task_inputs  # the skill's tasks while scoring (rubric.scoring)
 
     inputs = task_inputs()
     if not inputs:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from . import cpu, flags, warmstart
-from .errors import Exit
+from skill_rl import cpu, flags
+from skill_rl.training import warmstart
+from skill_rl.errors import Exit
 
 
 LOCAL_INSTALL = 'pip install --extra-index-url https://download.pytorch.org/whl/cu128 -e ".[backend]"'
@@ -310,7 +311,7 @@ def best_step(history: Path, metric: str = "val/reward") -> tuple[int, float] | 
 
 
 def _rows(history: Path) -> list[dict]:
-    from .skills import read_jsonl
+    from skill_rl.skills import read_jsonl
 
     return [row for row in read_jsonl(history) if isinstance(row, dict)]
 

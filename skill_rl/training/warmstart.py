@@ -31,11 +31,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import cpu, flags
-from .errors import Exit
-from .evaluate import Endpoint, client, generate, parse_spec
-from .keys import MASK, redact
-from .skills import MAX_LINE_CHARS, Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display, show
+from skill_rl import cpu, flags
+from skill_rl.errors import Exit
+from skill_rl.evaluate import Endpoint, client, generate, parse_spec
+from skill_rl.keys import MASK, redact
+from skill_rl.skills import MAX_LINE_CHARS, Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display, show
 
 STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
 EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import art
 
-from .evaluate import whole
-from .keys import EchoedKey, redact
-from .reward import GroupResult, Scorer
-from .skills import Skill, Task
+from skill_rl.evaluate import whole
+from skill_rl.keys import EchoedKey, redact
+from skill_rl.scoring.reward import GroupResult, Scorer
+from skill_rl.skills import Skill, Task
 
 # Set up front on every trajectory; dimensions and checks are added when scored (see Score.metrics).
 STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "truncated")

@@ -14,8 +14,8 @@ import sys
 import json
 from pathlib import Path
 
-from .console import chart_text
-from .skills import DIMENSIONS, atomic_write
+from skill_rl.console import chart_text
+from skill_rl.skills import DIMENSIONS, atomic_write
 
 PLOT_NAME = "rewards.png"
 

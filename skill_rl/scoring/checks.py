@@ -1,0 +1,163 @@
+"""Checks: the `@check` declaration, and running checks on an output, bounded and validated.
+
+A check is user code (skills/<name>/checks.py) or derived from a SKILL.md (derived.py). Each call is
+bounded (CHECK_SECONDS, see watchdog.py) and its result validated. A check that raises, times out, or
+returns anything but True/False, a number in [0, 1] or None, is scored as FAILING for that output (False;
+a gate that fails this way zeroes its dimension) and the error is kept beside the results. Never as
+passing, and never as "not applicable": either would let a policy raise its reward by making a check fail
+to run. A check that timed out TIMEOUTS_BEFORE_SKIP times is not called again in this process (each later
+output records it as failing), so a check that never returns costs seconds, not hours.
+
+How checks become a reward is rubric.py's business; this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Callable
+
+from skill_rl.skills import DIMENSIONS, Skill, Task, brief, display, show
+from skill_rl.watchdog import Timeout, Watchdog
+
+CheckResult = bool | float | None  # None: not applicable to this task
+CHECK_SECONDS = 1.0  # one check on one output; checks are meant to take microseconds
+TIMEOUTS_BEFORE_SKIP = 3
+_timeouts: dict[Callable, int] = {}  # check -> how often it timed out in this process
+
+
+DEFAULT_COVERS = 0.5  # of a judged dimension: what its applicable checks without `covers` cover together
+
+
+def check(dimension: str, *, gate: bool = False, key: bool = False, covers: float | None = None):
+    """Declare a pure function `(output: str, task: Task) -> bool | float | None` as a rubric check.
+
+    gate: failing it zeroes its whole dimension. key: report its pass rate in `--eval` tables.
+    covers: the share of its dimension the check covers, in (0, 1] (see the module docstring); None: the
+    checks without it share DEFAULT_COVERS of a judged dimension.
+    """
+    if dimension not in DIMENSIONS:
+        raise ValueError(f"check dimension must be one of {DIMENSIONS}, got {dimension!r}")
+    if covers is not None and not (isinstance(covers, numbers.Real) and 0 < covers <= 1):
+        raise ValueError(f"check covers must be a number in (0, 1], got {covers!r}")
+
+    def mark(fn: Callable[[str, Task], CheckResult]):
+        fn.dimension, fn.gate, fn.key, fn.covers = dimension, gate, key, covers
+        return fn
+
+    return mark
+
+
+_TASK_INPUTS: ContextVar[tuple[str, ...]] = ContextVar("task_inputs", default=())
+
+
+def task_inputs() -> tuple[str, ...]:
+    """The inputs of every task of the skill being scored, for checks that contrast this task with the others
+    (what every diff says is not specific to one: skill_rl/scoring/diffs.py `specificity`). Empty outside scoring."""
+    return _TASK_INPUTS.get()
+
+
+_INPUTS: dict[int, tuple] = {}  # id(skill.tasks) -> (skill.tasks, their inputs): one tuple object per task set
+
+
+def _inputs_of(tasks: tuple[Task, ...]) -> tuple[str, ...]:
+    entry = _INPUTS.get(id(tasks))
+    if entry is None or entry[0] is not tasks:
+        if len(_INPUTS) >= 8:
+            _INPUTS.pop(next(iter(_INPUTS)))
+        entry = _INPUTS[id(tasks)] = (tasks, tuple(t.input for t in tasks))
+    return entry[1]
+
+
+@contextmanager
+def scoring(skill: Skill):
+    """Within it, `task_inputs()` is the skill's task inputs (score_offline and the Scorer score inside it)."""
+    token = _TASK_INPUTS.set(_inputs_of(skill.tasks))
+    try:
+        yield
+    finally:
+        _TASK_INPUTS.reset(token)
+
+
+class CheckResults(dict):
+    """Check name -> result for one output. `errors` holds name -> what went wrong, for the checks that gave
+    no valid result (raised, timed out, returned something else); their result here is False: failing."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self):
+        super().__init__()
+        self.errors: dict[str, str] = {}
+
+
+def _describe(thing) -> str:
+    if isinstance(thing, Timeout):
+        return f"timed out after {CHECK_SECONDS:g} s"
+    if isinstance(thing, BaseException):
+        return brief(thing)
+    if inspect.iscoroutine(thing) or inspect.isgenerator(thing):
+        thing.close()  # never awaited, and never warned about
+        return "returned a coroutine: checks are plain functions, not async ones"
+    return f"returned {show(thing, 60)}, not True/False, a number in [0, 1] or None"
+
+
+def _valid(value) -> CheckResult:
+    """The check's return value as a result, or ValueError."""
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, numbers.Real):
+        x = float(value)  # OverflowError for a huge int: reported like any other error
+        if -1e-9 <= x <= 1 + 1e-9:  # NaN fails both comparisons
+            return min(1.0, max(0.0, x))
+    raise ValueError(value)
+
+
+def _settle(fn: Callable, value, error: BaseException | None, dog: Watchdog) -> tuple[CheckResult, str | None]:
+    """A check's call that was not plainly True/False/None/a fraction: (its result, None), or (False, why)."""
+    if error is None:
+        result, invalid = dog.call(_valid, value)  # user types may run user code
+        if invalid is None:
+            return result, None
+        error = invalid if isinstance(invalid, Timeout) else None
+    if isinstance(error, Timeout):
+        _timeouts[fn] = _timeouts.get(fn, 0) + 1
+    thing = value if error is None else error
+    text, broken = dog.call(_describe, thing)
+    return False, text if broken is None else f"{type(thing).__name__} (which cannot be shown)"
+
+
+def _run(fns: list[Callable], output: str, task: Task, dog: Watchdog) -> CheckResults:
+    results = CheckResults()
+    for fn in fns:
+        if fn in _timeouts and _timeouts[fn] >= TIMEOUTS_BEFORE_SKIP:
+            results[fn.__name__], results.errors[fn.__name__] = False, f"not run: timed out {TIMEOUTS_BEFORE_SKIP} times already"
+            continue
+        value, error = dog.call(fn, output, task)
+        if error is None and (value is None or value is True or value is False or (type(value) is float and 0.0 <= value <= 1.0)):
+            results[fn.__name__] = value  # the common case, in this loop: scoring speed is the loop's speed
+            continue
+        value, error = _settle(fn, value, error, dog)
+        results[fn.__name__] = value
+        if error is not None:
+            results.errors[fn.__name__] = error
+    return results
+
+
+def run_checks(fns: list[Callable], output: str, task: Task) -> CheckResults:
+    """Every check on one output, each bounded in time and validated (see the module docstring)."""
+    with Watchdog(CHECK_SECONDS) as dog:
+        return _run(fns, output, task, dog)
+
+
+def run_checks_group(fns: list[Callable], outputs: list[str], task: Task) -> list[CheckResults]:
+    """run_checks for every output of a group, with one timer for the group."""
+    with Watchdog(CHECK_SECONDS) as dog:
+        return [_run(fns, o, task, dog) for o in outputs]
+
+
+def where(fn: Callable) -> str:
+    """file:line of a check's definition (checks.py, or derived.py for a check derived from SKILL.md)."""
+    return f"{display(Path(fn.__code__.co_filename))}:{fn.__code__.co_firstlineno}"
