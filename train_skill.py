@@ -34,7 +34,6 @@ from pathlib import Path
 
 from skill_rl.training import backends, warmstart
 from skill_rl import flags, keys, mining
-from skill_rl.scoring import repeats
 from skill_rl.errors import Exit
 from skill_rl.scoring.rubric import checks_only_problem
 from skill_rl.runlock import RunLock, Stopper
@@ -160,7 +159,7 @@ async def train(args, skill, judge, sft) -> int:
     from skill_rl.training.monitor import Monitor
     from skill_rl.training.plots import PLOT_NAME, Plotter
     from skill_rl.scoring.reward import Scorer
-    from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
+    from skill_rl.training.rollout import penalise_repeats, quiet_failed_rollouts, rollout, score_group
 
     train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val")[:args.limit], args)
     if not train_tasks:
@@ -214,7 +213,7 @@ async def train(args, skill, judge, sft) -> int:
                           f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
                           "run the same command to resume")
         stats["dropped"] = len(batch_tasks) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
-        repeats.apply_to_groups(groups)  # text repeated across the step's tasks is paid for nowhere (repeats.py)
+        penalise_repeats(groups)  # text repeated across the step's tasks is paid for nowhere (repeats.py)
         for k, v in stats.items():  # training and validation alike
             totals[k] += v
         return groups, stats, scorer.usage.since(mark)  # the judge's tokens and cost for this batch

@@ -18,9 +18,7 @@ import io
 import json
 import os
 import random
-import re
 import sys
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from skill_rl.errors import Exit
@@ -30,36 +28,10 @@ from skill_rl.progress import bar
 from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.runlock import interrupted_as
+from skill_rl.endpoints import Endpoint, client, generate, parse_spec, spec_of, with_baselines
 from skill_rl.skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
 
 MAX_KEPT_OUTPUT = 100_000  # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
-SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    label: str
-    model: str
-    base_url: str | None
-    api_key: str = field(repr=False, default="none")
-    with_skill: bool = True  # False: the --baseline arm, prompted with the description only
-
-
-def with_baselines(endpoints: list[Endpoint]) -> list[Endpoint]:
-    """Each endpoint followed by its no-skill arm."""
-    return [arm for ep in endpoints for arm in (ep, replace(ep, label=f"{ep.label} (no skill)", with_skill=False))]
-
-
-def system_prompt(skill: Skill, ep: Endpoint) -> str:
-    return skill.body if ep.with_skill else skill.description
-
-
-def parse_spec(spec: str, base_url: str | None, api_key: str | None) -> Endpoint:
-    m = SPEC.match(spec.strip())
-    if not m or not m["id"]:
-        raise ValueError(f"--model {spec!r}: expected ID or label=ID@URL")
-    return Endpoint(m["label"] or m["id"], m["id"], m["url"] or base_url, api_key or "none")
-
 
 # ------------------------------------------------------------------ tables
 
@@ -156,46 +128,6 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
 
 
 # ------------------------------------------------------------------ the run
-
-
-async def whole(request, seconds: float):
-    """The answer to `request` (a completion call, retries included) within `seconds` in all, or TimeoutError."""
-    try:
-        return await asyncio.wait_for(request, seconds)
-    except TimeoutError:
-        raise TimeoutError(f"no whole answer within {seconds:g} s (--request-timeout)") from None
-
-
-def client(ep: Endpoint, timeout: float):
-    """An OpenAI client for one endpoint; it retries 429, 5xx, timeouts and dropped connections twice, and
-    `generate` bounds each request, retries included, by `timeout` in all."""
-    from openai import AsyncOpenAI
-
-    return AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout)
-
-
-async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
-                   max_tokens: int, gate: asyncio.Semaphore) -> list[tuple[str, str | None]]:
-    """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message
-    (the description alone for a --baseline arm)."""
-    messages = [{"role": "system", "content": system_prompt(skill, ep)}, {"role": "user", "content": task.input}]
-    total = float(client.timeout)  # the client's own timeout is per read: a server trickling bytes never trips it
-    async with gate:
-        completion = await whole(client.chat.completions.create(
-            model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
-            messages=messages), total)
-    outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]  # servers echo keys
-    while len(outs) < samples:  # servers that ignore `n`
-        async with gate:
-            more = await whole(client.chat.completions.create(
-                model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages), total)
-        outs.append((redact(more.choices[0].message.content or ""), more.choices[0].finish_reason))
-    return outs[:samples]
-
-
-def spec_of(ep: Endpoint) -> str:
-    """What a record says its model was: the id and the endpoint (never the key)."""
-    return f"{ep.model}@{ep.base_url or 'default'}" + ("" if ep.with_skill else " without the skill")
 
 
 def complete(done: list[dict], samples: int) -> dict[str, dict[str, list[dict]]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from skill_rl.scoring import repeats
+from skill_rl.training.rollout import penalise_repeats
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,6 @@ class _Group:
 def test_a_training_step_scales_rewards_by_what_is_repeated_across_its_tasks():
     groups = [_Group(_Traj("a", "fix: one answer for everything"), _Traj("a", "fix: parse dates")),
               _Group(_Traj("b", "fix: one answer for everything"), _Traj("b", "feat: add retries"))]
-    assert repeats.apply_to_groups(groups) == pytest.approx(0.5)
+    assert penalise_repeats(groups) == pytest.approx(0.5)
     rewards = [[t.reward for t in g.trajectories] for g in groups]
     assert rewards == [[0.0, 1.0], [0.0, 1.0]] and groups[0].trajectories[0].metrics["repeated"] == 1.0

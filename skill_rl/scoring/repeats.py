@@ -48,17 +48,3 @@ def penalised(score, repeated: float):
     if not repeated:
         return score
     return dataclasses.replace(score, reward=score.reward * (1 - repeated), repeated=repeated)
-
-
-def apply_to_groups(groups) -> float:
-    """A training step: scale each trajectory's reward by its repeated share (metric `repeated`); returns the
-    step's mean repeated share."""
-    from skill_rl.training.rollout import output_of  # not Trajectory.messages(): a pydantic TypeAdapter per call
-
-    trajs = [t for g in groups for t in g.trajectories]
-    items = [(str(t.metadata.get("task_id")), output_of(t)) for t in trajs]
-    values = shares(items)
-    for traj, share in zip(trajs, values):
-        traj.metrics["repeated"] = share
-        traj.reward *= 1 - share
-    return sum(values) / len(values) if values else 0.0

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import art
 
-from skill_rl.evaluate import whole
+from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
+from skill_rl.scoring import repeats
 from skill_rl.scoring.reward import GroupResult, Scorer
 from skill_rl.skills import Skill, Task
 
@@ -77,3 +78,15 @@ async def score_group(group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[st
     task = tasks[group.trajectories[0].metadata["task_id"]]
     result = await scorer.score(task, [output_of(t) for t in group.trajectories])
     return apply_scores(group, result)
+
+
+def penalise_repeats(groups) -> float:
+    """Text repeated verbatim across a training step's tasks is paid for nowhere (scoring/repeats.py): each
+    trajectory's reward is scaled by 1 - its repeated share (metric `repeated`). Returns the step's mean share."""
+    trajs = [t for g in groups for t in g.trajectories]
+    items = [(str(t.metadata.get("task_id")), output_of(t)) for t in trajs]
+    values = repeats.shares(items)
+    for traj, share in zip(trajs, values):
+        traj.metrics["repeated"] = share
+        traj.reward *= 1 - share
+    return sum(values) / len(values) if values else 0.0

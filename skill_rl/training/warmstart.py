@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from skill_rl import cpu, flags
 from skill_rl.errors import Exit
-from skill_rl.evaluate import Endpoint, client, generate, parse_spec
+from skill_rl.endpoints import Endpoint, client, generate, parse_spec
 from skill_rl.keys import MASK, redact
 from skill_rl.skills import MAX_LINE_CHARS, Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display, show
 
