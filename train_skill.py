@@ -24,19 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import math
 import os
-import random
-import re
 import sys
 import time
 from pathlib import Path
 
+from skill_rl import config, flags, keys, mining
 from skill_rl.training import backends, warmstart
-from skill_rl import flags, keys, mining
 from skill_rl.errors import Exit
-from skill_rl.scoring.rubric import checks_only_problem
-from skill_rl.runlock import RunLock, Stopper
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
 HERE = Path(__file__).resolve().parent
@@ -110,187 +105,56 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def make_judge(args):
-    """The judge from flags and environment (the one place secrets and endpoints are read)."""
-    from skill_rl.env import judge_env_problem
-    from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
-
-    if args.judge == "none":
-        return None
-    base_url = args.judge_base_url or os.environ.get("JUDGE_BASE_URL")
-    model = args.judge_model or (f"openai/{os.environ.get('JUDGE_MODEL', 'judge')}" if base_url else DEFAULT_JUDGE)
-    key = args.judge_api_key or os.environ.get("JUDGE_API_KEY")
-    model, problem = judge_env_problem(model, base_url, key)  # any LiteLLM provider, checked before spending
-    if problem:
-        raise Exit(2, problem)
-    return Judge(model=model, base_url=base_url, api_key=key, attempts=args.judge_attempts, timeout=args.judge_timeout)
-
-
 # ------------------------------------------------------------------ training
 
 
-def step_means(groups) -> dict[str, float]:
-    """Mean of each per-trajectory metric over a step, over the trajectories that have it."""
-    sums, counts = {}, {}
-    for g in groups:
-        for t in g.trajectories:
-            for k, v in {"reward": t.reward, **t.metrics}.items():
-                sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
-    return {k: sums[k] / counts[k] for k in sums}
-
-
-def fitting(skill, tasks, args) -> list:
-    keep, note = skill.fitting(tasks, args.context_tokens, args.max_tokens)
-    if note:
-        print(note, file=sys.stderr)
-    return keep
-
-
-def fmt(x: float | None) -> str:
-    return "  —  " if x is None else f"{x:.3f}"
-
-
-async def train(args, skill, judge, sft) -> int:
-    kind = args.backend
-    import art
+async def train(run: config.Run, skill) -> int:
+    """Warm start (--sft), then steps of: gather and score groups, train, log, validate now and then."""
     from art.utils.iterate_dataset import iterate_dataset
 
-    from skill_rl.evaluate import print_table, summarize
-    from skill_rl.training.monitor import Monitor
-    from skill_rl.training.plots import PLOT_NAME, Plotter
-    from skill_rl.scoring.reward import Scorer
-    from skill_rl.training.rollout import penalise_repeats, quiet_failed_rollouts, rollout, score_group
+    from skill_rl.training.steps import Trainer
 
-    train_tasks, val_tasks = fitting(skill, skill.split("train"), args), fitting(skill, skill.split("val")[:args.limit], args)
-    if not train_tasks:
-        raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
-    random.Random(args.seed).shuffle(train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
-    tasks = {t.id: t for t in skill.tasks}
-    scorer = Scorer(skill, judge)
-    temperature = 1.0 if args.temperature is None else args.temperature
-
-    backend = backends.make_backend(kind)
-    model = backends.make_model(args, name=f"skill-{skill.name}")
-    lock = RunLock(Path(model._get_output_dir())).acquire()  # another process training this run: exit 2, naming it
-    await backends.register(model, backend, kind)
-    monitor = Monitor.resume(Path(model._get_output_dir()) / "history.jsonl")  # reward-hacking signs, per step
-    stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
-    stop = stopper.requested
-    quiet_failed_rollouts(asyncio.get_running_loop())
-
-    def group_of(task, n):
-        return art.TrajectoryGroup(
-            rollout(model, skill, task, temperature=temperature, max_tokens=args.max_tokens, timeout=args.request_timeout)
-            for _ in range(n))
-
-    val_results: list = []
-    plot = Plotter()
-    totals = {"steps": 0, "judge_failures": 0, "rollout_errors": 0, "dropped": 0, "no_variance": 0, "warm_start_failures": 0,
-              "check_errors": 0}
-
-    async def gather(batch_tasks, desc):
-        stats = {"judge_failures": 0, "dropped": 0, "no_variance": 0, "rollout_errors": 0, "check_errors": 0}
-        mark = scorer.usage.copy()
-
-        async def after_each(group):
-            stats["rollout_errors"] += len(group.exceptions)
-            if len(group.trajectories) < 2:  # nothing to compare within the group
-                stats["dropped"] += 1
-                return None
-            group = await score_group(group, scorer, tasks)
-            stats["judge_failures"] += int(group.trajectories[0].metrics["judge_failed"])
-            stats["check_errors"] += int(sum(t.metrics["check_errors"] for t in group.trajectories))
-            stats["no_variance"] += len({round(t.reward, 6) for t in group.trajectories}) == 1
-            return group
-
-        try:
-            groups = await art.gather_trajectory_groups(
-                (group_of(t, args.rollouts_per_group) for t in batch_tasks),
-                pbar_desc=None if args.quiet else desc, max_exceptions=args.max_exceptions, after_each=after_each,
-                max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
-        except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
-            raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {args.max_exceptions} allows "
-                          f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
-                          "run the same command to resume")
-        stats["dropped"] = len(batch_tasks) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
-        penalise_repeats(groups)  # text repeated across the step's tasks is paid for nowhere (repeats.py)
-        for k, v in stats.items():  # training and validation alike
-            totals[k] += v
-        return groups, stats, scorer.usage.since(mark)  # the judge's tokens and cost for this batch
-
-    async def validate(step: int) -> float | None:
-        if not val_tasks:
-            return None
-        groups, stats, used = await gather(val_tasks, f"val @ {step}")
-        await model.log(groups, metrics={**{f"val_{k}": float(v) for k, v in stats.items()}, **used.metrics("eval")}, step=step, split="val")
-        await plot.draw(Path(model._get_output_dir()), f"{skill.name}: {args.run_name}")  # <run dir>/rewards.png, off the step's path
-        scores = [t for g in groups for t in g.trajectories]
-        mean = sum(t.reward for t in scores) / len(scores) if scores else None
-        print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {args.rollouts_per_group} | judge failures {stats['judge_failures']}"
-              + (" | the base model, before the warm start" if step == 0 else ""), flush=True)
-        val_results.append((step, groups))
-        return mean
-
-    epochs, step = max(1, math.ceil(args.steps * args.groups_per_step / len(train_tasks))), 0
+    s, t = run.settings, await Trainer.start(run, skill)
+    step = 0
     try:
-        if sft and await model.get_step() == 0 and not (model.read_state() or {}).get(warmstart.STATE_KEY):
-            await validate(0)  # the base model, to see what the warm start does
-        warm = await warmstart.run(args, sft, model, scorer, train_tasks, stop)  # --sft: before the first RL step, once
-        totals["warm_start_failures"] = warm.failures
-        step, last = await model.get_step(), args.steps + warm.steps  # the warm start's checkpoints count as steps
+        if run.sft and await t.model.get_step() == 0 and not (t.model.read_state() or {}).get(warmstart.STATE_KEY):
+            await t.validate(0)  # the base model, to see what the warm start does
+        warm = await warmstart.run(s, run.sft, t.model, t.scorer, t.train_tasks, t.stop)  # --sft: before the first RL step, once
+        t.totals.warm_start_failures = warm.failures
+        step, last = await t.model.get_step(), s.steps + warm.steps  # the warm start's checkpoints count as steps
         if warm.trained:
-            await validate(step)
-        print(f"run {args.project}/{args.run_name}: starting at step {step} of {last} on backend {kind}", flush=True)
-        for batch in iterate_dataset(train_tasks, args.groups_per_step, epochs, initial_step=step - warm.steps, use_tqdm=False):
-            if step >= last or stop.is_set():
+            await t.validate(step)
+        print(f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}", flush=True)
+        for batch in iterate_dataset(t.train_tasks, s.groups_per_step, t.epochs(), initial_step=step - warm.steps, use_tqdm=False):
+            if step >= last or t.stop.is_set():
                 break
             start = time.perf_counter()
-            groups, stats, used = await gather(batch.items, f"step {step + 1}")
+            groups, stats, used = await t.gather(batch.items, f"step {step + 1}")
             if not groups:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue
-            with stopper.shielded():  # a step is trained and logged whole, or not at all
-                result = await backend.train(model, groups, learning_rate=args.learning_rate)
+            with t.stopper.shielded():  # a step is trained and logged whole, or not at all
+                result = await t.backend.train(t.model, groups, learning_rate=s.learning_rate)
                 step = result.step
-                totals["steps"] += 1
-                m, (watch, warning) = step_means(groups), monitor.step(groups)
-                await model.log(groups, metrics={**result.metrics, **{k: float(v) for k, v in stats.items()}, **watch,
-                                                 **used.metrics("train")},
-                                step=step, split="train")
-            print(f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure {fmt(m.get('procedure'))} "
-                  f"correctness {fmt(m.get('correctness'))} | judge failures {stats['judge_failures']} | rollout errors "
-                  f"{stats['rollout_errors']} | dropped {stats['dropped']} | no variance {stats['no_variance']} "
-                  f"| judge {used.brief()} (so far {scorer.usage.brief()}) | {time.perf_counter() - start:.2f} s"
-                  + (f" | warning: {warning}" if warning else ""), flush=True)
-            if totals["steps"] == 1:  # all imported by now (ART, torch, litellm: ~900k objects): no full GC scans them again
+                means, warning = await t.log_step(groups, result, stats, used, step)
+            print(t.step_line(step, means, stats, used, time.perf_counter() - start, warning), flush=True)
+            if t.totals.steps == 1:  # all imported by now (ART, torch, litellm: ~900k objects): no full GC scans them again
                 gc.collect()
                 gc.freeze()
-            if step % args.eval_every == 0 and step < last:
-                await validate(step)
-        if not val_results or val_results[-1][0] != step:
-            await validate(step)
-        await plot.done()
-        kept = await backends.keep_best_and_latest(model, step)  # ART's order: delete, then close
+            if step % s.eval_every == 0 and step < last:
+                await t.validate(step)
+        if not t.val_results or t.val_results[-1][0] != step:
+            await t.validate(step)
+        await t.plot.done()
+        kept = await backends.keep_best_and_latest(t.model, step)  # ART's order: delete, then close
     except asyncio.CancelledError:
-        if not stopper.aborted:
+        if not t.stopper.aborted:
             raise
-        raise Exit(stopper.exit_code(1), f"stopped at once during step {step + 1}: nothing of it was trained; "
+        raise Exit(t.stopper.exit_code(1), f"stopped at once during step {step + 1}: nothing of it was trained; "
                       f"the same command resumes at step {step + 1}") from None
     finally:
-        await backend.close()
-        lock.release()
-
-    if val_results:
-        last_step, groups = val_results[-1]
-        rows = [summarize(f"{model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], scorer)]
-        print_table(skill, rows, title=f"{skill.name}: validation of the trained model (step {last_step})")
-    print("\n" + "\n".join(backends.ending_lines(kind, args, model.name, kept)))
-    if (kept.where / PLOT_NAME).exists():
-        print(f"reward plot: {kept.where / PLOT_NAME}")
-    print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if stop.is_set() else 'no'}")
-    print("this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in totals.items()))
-    failed = any(totals[k] for k in ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors"))
-    return stopper.exit_code(1 if failed else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
+        await t.close()
+    return t.report(kept)
 
 
 # ------------------------------------------------------------------ entry point
@@ -330,35 +194,20 @@ def run(args) -> int:
         skill = load_skill(folder)
         if args.check:
             return cli.print_check(skill)
-        if args.score or args.eval:
-            backends.fill_defaults(args, None)
+        setup = config.resolve(args, skill)  # every setting, once; problems exit 2 before anything runs
         if args.score:
             from skill_rl import score
 
-            return score.run(skill, args.score, make_judge(args), args.out, resume=args.resume, quiet=args.quiet)
+            return score.run(skill, args.score, setup.judge, args.out, resume=args.resume, quiet=args.quiet)
         if args.eval:
             from skill_rl import evaluate
 
-            return evaluate.run(skill, args, make_judge(args))
-        by_default = args.sft is None
-        said_none = args.judge == "none"  # asked for; the CPU backend may also default to it (fill_defaults)
-        if said_none and not args.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
-            raise Exit(2, problem)
-        try:
-            picked = backends.pick_backend(args.backend)
-        except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
-            picked = None
-        backends.fill_defaults(args, picked and picked[0], skill)  # --backend cpu warm-starts by default
-        sft = warmstart.prepare(args, skill, by_default)  # --sft flags and files: every problem, before anything runs
-        plan = backends.plan(args, skill, picked)  # no way to train, or a base model the backend refuses: exit 2
-        args.backend, args.base_model = plan.kind, plan.base_model
-        if args.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
-            print(f"note: {problem}", file=sys.stderr)  # a CPU rehearsal's default: said, not refused
-        judge = make_judge(args)
-        args.run_name = args.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', args.base_model.split('/')[-1].lower())}"
-        print(plan.describe())
-        cli.print_config(args, judge)
-        return asyncio.run(train(args, skill, judge, sft))
+            return evaluate.run(skill, setup.settings, setup.judge)
+        for note in setup.notes:
+            print(note, file=sys.stderr)
+        print(setup.plan.describe())
+        cli.print_config(setup.settings, setup.judge)
+        return asyncio.run(train(setup, skill))
     except SkillError as e:
         print("\n".join(e.problems), file=sys.stderr)
         return 2

@@ -38,7 +38,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from openai_server import FakeOpenAI  # noqa: E402
 
-from skill_rl.training.backends import fill_defaults  # noqa: E402
+from skill_rl import config  # noqa: E402
 from skill_rl.scoring.reward import Judge, Scorer, rubric  # noqa: E402
 from skill_rl.scoring.checks import run_checks, run_checks_group
 from skill_rl.scoring.rubric import skill_checks  # noqa: E402
@@ -92,6 +92,7 @@ def phase_timers(buckets: list[dict], plots: list[float]):
     import skill_rl.training.plots
     import skill_rl.scoring.reward
     import skill_rl.training.rollout
+    import skill_rl.training.steps
     from skill_rl.dryrun import DryRunBackend
     from skill_rl.training.monitor import Monitor
 
@@ -139,7 +140,7 @@ def phase_timers(buckets: list[dict], plots: list[float]):
 
     with contextlib.ExitStack() as stack:
         for target, name, new in [
-            (art, "gather_trajectory_groups", gather), (skill_rl.training.rollout, "rollout", rollout),
+            (art, "gather_trajectory_groups", gather), (skill_rl.training.steps, "rollout", rollout),
             (skill_rl.scoring.reward, "run_checks_group", timed("checks", skill_rl.scoring.reward.run_checks_group)),
             (Monitor, "step", timed("monitor", Monitor.step)),
             (DryRunBackend, "train", timed("train", DryRunBackend.train)),
@@ -159,15 +160,14 @@ def ours_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: 
         "--skill", skill.name, "--backend", "skill_rl.dryrun:DryRunBackend", "--steps", str(steps),
         "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", str(max(1, steps // 2)),
         "--limit", str(groups), "--judge-base-url", url, "--judge-api-key", "bench", "--run-name", run_name])
-    fill_defaults(args, None)  # what main() does for the flags left out
-    args.base_model = train_skill.backends.plan(args).base_model
+    setup = config.resolve(args, skill)  # what main() does: every setting once (no warm start with this backend)
     buckets: list[dict] = []
     plots: list[float] = []
     out, cwd = io.StringIO(), os.getcwd()
     os.chdir(workdir)
     try:
         with contextlib.redirect_stdout(out), phase_timers(buckets, plots):
-            asyncio.run(train_skill.train(args, skill, train_skill.make_judge(args), None))  # no warm start
+            asyncio.run(train_skill.train(setup, skill))
     finally:
         os.chdir(cwd)
     for b, seconds in zip([b for b in buckets if b["kind"] == "train"], map(float, STEP_LINE.findall(out.getvalue())), strict=True):

@@ -15,6 +15,8 @@ from art import dev
 from openai import AsyncOpenAI
 
 from conftest import small_git_commit
+from skill_rl import config
+from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import backends
 from skill_rl.errors import Exit
 from skill_rl.dryrun import DryRunBackend
@@ -92,7 +94,7 @@ def test_serverless_refuses_a_base_model_it_does_not_train(workdir, monkeypatch,
 @pytest.mark.skipif(GPU_HERE, reason="a GPU here: --backend auto may pick it")
 def test_auto_picks_serverless_with_a_model_it_trains_and_says_why_and_who_bills(workdir, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "wandb-test")
-    plan = backends.plan(parse_args(["--skill", "git-commit"]))
+    plan = config.resolve(parse_args(["--skill", "git-commit", "--judge-api-key", "sk-test-judge"]), load_skill(find_skill(skill_dirs(None), "git-commit"))).plan
     assert (plan.kind, plan.base_model) == ("serverless", "OpenPipe/Qwen3-14B-Instruct")
     assert "--backend auto" in plan.describe() and "WANDB_API_KEY is set" in plan.describe() and "bills" in plan.describe()
 

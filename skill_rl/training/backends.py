@@ -88,12 +88,11 @@ class Plan:
 
 
 def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
-    """Resolve --backend (unless `picked` is pick_backend's answer already), --base-model and the training flags
-    left out (see fill_defaults), or exit 2 with what to do; starts nothing and spends nothing. The skill's
-    tasks size the CPU rehearsal's time estimate."""
+    """Resolve --backend (unless `picked` is pick_backend's answer already) and --base-model, for settings whose
+    presets are applied already (fill_defaults; config.resolve does both), or exit 2 with what to do; starts
+    nothing and spends nothing. The skill's tasks size the CPU rehearsal's time estimate."""
     kind, why = picked or pick_backend(args.backend)
     base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
-    fill_defaults(args, kind, skill)
     if kind == "cpu":
         if args.gpu_memory is not None or args.lora_rank is not None:
             raise Exit(2, f"--gpu-memory and --lora-rank have no effect on --backend cpu (LoRA rank {cpu.LORA['r']}); leave them out")

@@ -1,0 +1,82 @@
+"""A run's settings, resolved once: flags, per-backend presets, the backend, base model, run name and judge.
+
+`resolve` is the one function that turns the parsed flags (and the environment) into what a command
+runs with; every later function reads the `Run` it returns, whose `settings` cannot be changed. The
+order of its steps is the order problems are reported in: a `--judge none` that would pay for form
+only, the warm start's flags and files, then the backend and base model, then the judge's key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+
+from skill_rl.errors import Exit
+from skill_rl.scoring.rubric import checks_only_problem
+from skill_rl.skills import Skill
+
+
+class Settings(argparse.Namespace):
+    """Every flag of a run, defaults and presets applied; read-only."""
+
+    def __init__(self, values: dict):
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"run settings are resolved once (config.resolve) and read-only: {name}")
+
+    __delattr__ = __setattr__
+
+
+@dataclass(frozen=True)
+class Run:
+    settings: Settings
+    judge: object | None = None  # scoring.reward.Judge; None: checks only (--judge none)
+    plan: object | None = None  # training.backends.Plan: where it trains (training only)
+    sft: object | None = None  # training.warmstart.Plan: the warm start, if any (training only)
+    notes: tuple[str, ...] = field(default=())  # said on stderr before the run starts, not refused
+
+
+def resolve(args: argparse.Namespace, skill: Skill) -> Run:
+    """The settings of `--score`, `--eval` or a training run of `skill`; Exit(2) or SkillError on a problem."""
+    from skill_rl.training import backends, warmstart
+
+    s = argparse.Namespace(**vars(args))  # the parsed flags stay as parsed
+    if s.score or s.eval:
+        backends.fill_defaults(s, None)
+        return Run(Settings(vars(s)), judge(s))
+    by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
+    if said_none and not s.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
+        raise Exit(2, problem)
+    try:
+        picked = backends.pick_backend(s.backend)
+    except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
+        picked = None
+    backends.fill_defaults(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
+    sft = warmstart.prepare(s, skill, by_default)  # --sft flags and files: every problem, before anything runs
+    plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
+    s.backend, s.base_model = plan.kind, plan.base_model
+    s.run_name = s.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', s.base_model.split('/')[-1].lower())}"
+    notes = ()
+    if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
+        notes = (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
+    return Run(Settings(vars(s)), judge(s), plan, sft, notes)
+
+
+def judge(s) -> object | None:
+    """The RULER judge from the settings and the environment (the one place its endpoint and key are read)."""
+    from skill_rl.env import judge_env_problem
+    from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
+
+    if s.judge == "none":
+        return None
+    base_url = s.judge_base_url or os.environ.get("JUDGE_BASE_URL")
+    model = s.judge_model or (f"openai/{os.environ.get('JUDGE_MODEL', 'judge')}" if base_url else DEFAULT_JUDGE)
+    key = s.judge_api_key or os.environ.get("JUDGE_API_KEY")
+    model, problem = judge_env_problem(model, base_url, key)  # any LiteLLM provider, checked before spending
+    if problem:
+        raise Exit(2, problem)
+    return Judge(model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout)

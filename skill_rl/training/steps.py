@@ -1,0 +1,204 @@
+"""The parts of a training run that train_skill.py's `train` tells the story of: setting up the model and
+its backend, gathering and scoring a batch of groups, logging a step, validating, and the final report.
+
+ART's `gather_trajectory_groups` runs the rollouts; each finished group is scored at once (`after_each`),
+so the judge overlaps the other groups' rollouts. A group left with fewer than two rollouts has nothing to
+compare and is dropped; text repeated verbatim across a step's tasks is paid for nowhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import art
+
+from skill_rl import keys
+from skill_rl.config import Run
+from skill_rl.errors import Exit
+from skill_rl.evaluate import print_table, summarize
+from skill_rl.runlock import RunLock, Stopper
+from skill_rl.scoring.reward import Scorer
+from skill_rl.skills import Skill, Task
+from skill_rl.training import backends
+from skill_rl.training.monitor import Monitor
+from skill_rl.training.plots import PLOT_NAME, Plotter
+from skill_rl.training.rollout import penalise_repeats, quiet_failed_rollouts, rollout, score_group
+
+FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")  # exit 1 if any
+
+
+@dataclass
+class Stats:
+    """What a batch of groups (a training step, or a validation) lost or could not score."""
+
+    judge_failures: int = 0
+    dropped: int = 0  # groups lost to rollout errors, or left with fewer than 2 rollouts
+    no_variance: int = 0  # groups whose rollouts all scored alike: nothing to learn from
+    rollout_errors: int = 0
+    check_errors: int = 0
+
+    def metrics(self, prefix: str = "") -> dict[str, float]:
+        return {f"{prefix}{k}": float(v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class Totals:
+    """The run's counts, printed last ("this run: ...") and deciding the exit status."""
+
+    steps: int = 0
+    judge_failures: int = 0
+    rollout_errors: int = 0
+    dropped: int = 0
+    no_variance: int = 0
+    warm_start_failures: int = 0
+    check_errors: int = 0
+
+    def add(self, stats: Stats) -> None:
+        for f in fields(Stats):
+            setattr(self, f.name, getattr(self, f.name) + getattr(stats, f.name))
+
+    def line(self) -> str:
+        return "this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in asdict(self).items())
+
+    def failed(self) -> bool:
+        return any(getattr(self, k) for k in FAILURES)
+
+
+def fmt(x: float | None) -> str:
+    return "  —  " if x is None else f"{x:.3f}"
+
+
+def step_means(groups) -> dict[str, float]:
+    """Mean of each per-trajectory metric over a step, over the trajectories that have it."""
+    sums, counts = {}, {}
+    for g in groups:
+        for t in g.trajectories:
+            for k, v in {"reward": t.reward, **t.metrics}.items():
+                sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+def fitting(skill: Skill, tasks: list[Task], s) -> list[Task]:
+    keep, note = skill.fitting(tasks, s.context_tokens, s.max_tokens)
+    if note:
+        print(note, file=sys.stderr)
+    return keep
+
+
+class Trainer:
+    """One training run's model, backend and bookkeeping (see `start`)."""
+
+    def __init__(self, run: Run, skill: Skill):
+        s = self.s = run.settings
+        self.skill, self.kind = skill, s.backend
+        self.train_tasks = fitting(skill, skill.split("train"), s)
+        self.val_tasks = fitting(skill, skill.split("val")[:s.limit], s)
+        if not self.train_tasks:
+            raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
+        random.Random(s.seed).shuffle(self.train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
+        self.tasks = {t.id: t for t in skill.tasks}
+        self.scorer = Scorer(skill, run.judge)
+        self.temperature = 1.0 if s.temperature is None else s.temperature
+        self.totals, self.val_results, self.plot = Totals(), [], Plotter()
+
+    @classmethod
+    async def start(cls, run: Run, skill: Skill) -> Trainer:
+        """The backend and the registered model; the run's lock held; Ctrl-C and SIGTERM stop after a step."""
+        t = cls(run, skill)
+        t.backend = backends.make_backend(t.kind)
+        t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
+        t.dir = Path(t.model._get_output_dir())
+        t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
+        await backends.register(t.model, t.backend, t.kind)
+        t.monitor = Monitor.resume(t.dir / "history.jsonl")  # reward-hacking signs, per step
+        t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
+        t.stop = t.stopper.requested
+        quiet_failed_rollouts(asyncio.get_running_loop())
+        return t
+
+    def epochs(self) -> int:
+        return max(1, -(-self.s.steps * self.s.groups_per_step // len(self.train_tasks)))
+
+    def _group(self, task: Task) -> art.TrajectoryGroup:
+        return art.TrajectoryGroup(
+            rollout(self.model, self.skill, task, temperature=self.temperature, max_tokens=self.s.max_tokens,
+                    timeout=self.s.request_timeout)
+            for _ in range(self.s.rollouts_per_group))
+
+    async def gather(self, batch: list[Task], desc: str):
+        """The batch's groups, scored; what went wrong; the judge's tokens and cost for this batch."""
+        stats, mark = Stats(), self.scorer.usage.copy()
+
+        async def after_each(group):
+            stats.rollout_errors += len(group.exceptions)
+            if len(group.trajectories) < 2:  # nothing to compare within the group
+                return None
+            group = await score_group(group, self.scorer, self.tasks)
+            stats.judge_failures += int(group.trajectories[0].metrics["judge_failed"])
+            stats.check_errors += int(sum(t.metrics["check_errors"] for t in group.trajectories))
+            stats.no_variance += len({round(t.reward, 6) for t in group.trajectories}) == 1
+            return group
+
+        try:
+            groups = await art.gather_trajectory_groups(
+                (self._group(t) for t in batch), pbar_desc=None if self.s.quiet else desc,
+                max_exceptions=self.s.max_exceptions, after_each=after_each,
+                max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
+        except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
+            raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {self.s.max_exceptions} allows "
+                          f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
+                          "run the same command to resume")
+        stats.dropped = len(batch) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
+        penalise_repeats(groups)  # text repeated across the step's tasks is paid for nowhere (scoring/repeats.py)
+        self.totals.add(stats)  # training and validation alike
+        return groups, stats, self.scorer.usage.since(mark)
+
+    async def log_step(self, groups, result, stats: Stats, used, step: int) -> tuple[dict, str | None]:
+        """Log a trained step (ART's metrics, ours, the monitor's, the judge's); its means and a warning."""
+        self.totals.steps += 1
+        means, (watch, warning) = step_means(groups), self.monitor.step(groups)
+        await self.model.log(groups, metrics={**result.metrics, **stats.metrics(), **watch, **used.metrics("train")},
+                             step=step, split="train")
+        return means, warning
+
+    def step_line(self, step: int, m: dict, stats: Stats, used, seconds: float, warning: str | None) -> str:
+        return (f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure "
+                f"{fmt(m.get('procedure'))} correctness {fmt(m.get('correctness'))} | judge failures {stats.judge_failures} "
+                f"| rollout errors {stats.rollout_errors} | dropped {stats.dropped} | no variance {stats.no_variance} "
+                f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | {seconds:.2f} s"
+                + (f" | warning: {warning}" if warning else ""))
+
+    async def validate(self, step: int) -> float | None:
+        """Score the val tasks at this step, log them, redraw the reward plot; their mean reward."""
+        if not self.val_tasks:
+            return None
+        groups, stats, used = await self.gather(self.val_tasks, f"val @ {step}")
+        await self.model.log(groups, metrics={**stats.metrics("val_"), **used.metrics("eval")}, step=step, split="val")
+        await self.plot.draw(self.dir, f"{self.skill.name}: {self.s.run_name}")  # <run dir>/rewards.png, off the step's path
+        scores = [t for g in groups for t in g.trajectories]
+        mean = sum(t.reward for t in scores) / len(scores) if scores else None
+        print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
+              f"{stats.judge_failures}" + (" | the base model, before the warm start" if step == 0 else ""), flush=True)
+        self.val_results.append((step, groups))
+        return mean
+
+    async def close(self) -> None:
+        await self.backend.close()
+        self.lock.release()
+
+    def report(self, kept: backends.Kept) -> int:
+        """The validation table, where the run is, and the exit status: 1 if anything failed, 130/143 if stopped."""
+        if self.val_results:
+            last_step, groups = self.val_results[-1]
+            rows = [summarize(f"{self.model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], self.scorer)]
+            print_table(self.skill, rows, title=f"{self.skill.name}: validation of the trained model (step {last_step})")
+        print("\n" + "\n".join(backends.ending_lines(self.kind, self.s, self.model.name, kept)))
+        if (kept.where / PLOT_NAME).exists():
+            print(f"reward plot: {kept.where / PLOT_NAME}")
+        print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
+        print(self.totals.line())
+        return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
