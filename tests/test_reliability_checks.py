@@ -13,7 +13,7 @@ import pytest
 
 from conftest import SMALL_DIFF, deadline, small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl.scoring import rubric
+from skill_rl.scoring import checks
 from skill_rl import skills
 from skill_rl.scoring.checks import run_checks
 from skill_rl.scoring.rubric import skill_checks
@@ -63,7 +63,7 @@ def demo(where: Path, bad_body: str, gate: bool = False, tasks: str = TASKS) -> 
 
 @pytest.fixture
 def fast_budget(monkeypatch):
-    monkeypatch.setattr(rubric, "CHECK_SECONDS", 0.1)
+    monkeypatch.setattr(checks, "CHECK_SECONDS", 0.1)
 
 
 def score_lines(tmp_path, n=2):
@@ -168,7 +168,7 @@ def test_a_check_that_cannot_be_called_is_a_load_problem(tmp_path, capsys, sourc
 
 
 def test_a_checks_py_that_never_finishes_importing_is_a_load_problem(tmp_path, monkeypatch):
-    monkeypatch.setattr(skills, "IMPORT_SECONDS", 0.2)
+    monkeypatch.setattr(skills.usercode, "IMPORT_SECONDS", 0.2)
     folder = demo(tmp_path, "return True") / "demo"
     (folder / "checks.py").write_text("while True:\n    pass\n")
     with deadline(10), pytest.raises(SkillError) as e:
@@ -242,7 +242,7 @@ SKILLS = sorted(p.parent.name for p in (ROOT / "skills").glob("*/SKILL.md"))  # 
 def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name, case):
     skill = load_skill(ROOT / "skills" / skill_name)
     task = next((t for t in skill.tasks if t.expect is not None), skill.tasks[0])
-    with deadline(60, f"{skill_name} on {case}"):  # each check is also stopped after rubric.CHECK_SECONDS
+    with deadline(60, f"{skill_name} on {case}"):  # each check is also stopped after checks.CHECK_SECONDS
         results = run_checks(skill_checks(skill), PATHOLOGICAL[case], task)
     assert not results.errors, results.errors  # no check timed out (1 s) or raised
 

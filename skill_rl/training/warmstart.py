@@ -35,7 +35,7 @@ from skill_rl import cpu, flags
 from skill_rl.errors import Exit
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec
 from skill_rl.keys import MASK, redact
-from skill_rl.skills import MAX_LINE_CHARS, Skill, SkillError, Task, _problem, _pydantic_problems, atomic_write, display, show
+from skill_rl.skills import MAX_LINE_CHARS, Skill, SkillError, Task, problem, pydantic_problems, atomic_write, display, show
 
 STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
 EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder
@@ -92,7 +92,7 @@ def _lines(path: Path, problems: list[str]):
     try:
         f = path.open("rb")
     except OSError as e:
-        problems.append(_problem(path, None, f"cannot read file: {e.strerror}"))
+        problems.append(problem(path, None, f"cannot read file: {e.strerror}"))
         return
     with f:
         total, n, too_long = 0, 0, False
@@ -106,11 +106,11 @@ def _lines(path: Path, problems: list[str]):
                 continue
             n += 1
             if len(raw.rstrip(b"\r\n")) > MAX_LINE_CHARS:
-                problems.append(_problem(path, n, f"line is longer than {MAX_LINE_CHARS:,} bytes"))
+                problems.append(problem(path, n, f"line is longer than {MAX_LINE_CHARS:,} bytes"))
                 too_long = not raw.endswith(b"\n")
                 continue
             yield n, raw.removeprefix(b"\xef\xbb\xbf") if n == 1 else raw
-        problems.append(_problem(path, n, f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
+        problems.append(problem(path, n, f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
 
 
 def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example]:
@@ -122,21 +122,21 @@ def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example
         try:
             obj = json.loads(raw)
         except (ValueError, RecursionError) as e:
-            problems.append(_problem(path, n, f"invalid JSON: {getattr(e, 'msg', None) or e}"))
+            problems.append(problem(path, n, f"invalid JSON: {getattr(e, 'msg', None) or e}"))
             continue
         if not isinstance(obj, dict):
-            problems.append(_problem(path, n, f"each line must be a JSON object with task_id and output, got {type(obj).__name__}"))
+            problems.append(problem(path, n, f"each line must be a JSON object with task_id and output, got {type(obj).__name__}"))
             continue
         try:
             ex = Example.model_validate(obj)
         except ValidationError as e:
-            problems.extend(_pydantic_problems(path, e, lambda loc: n))
+            problems.extend(pydantic_problems(path, e, lambda loc: n))
             continue
         task = by_id.get(ex.task_id)
         if task is None:
-            problems.append(_problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.path / 'tasks.jsonl')}"))
+            problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.path / 'tasks.jsonl')}"))
         elif task.split != "train":
-            problems.append(_problem(path, n, f"field 'task_id' {show(ex.task_id)} is a {task.split} task; only train tasks may reach SFT"))
+            problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is a {task.split} task; only train tasks may reach SFT"))
         else:
             out.append(ex)
     return out

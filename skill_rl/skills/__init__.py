@@ -1,0 +1,101 @@
+"""Load and lint a skill folder: SKILL.md, tasks.jsonl and the optional checks.py.
+
+A skill is a valid Agent Skill (agentskills.io): YAML frontmatter with only the keys the spec
+allows, skill-rl settings under `metadata` as strings, then a markdown body. The body is what
+the policy sees as its system prompt; it is parsed (markdown-it-py, not regexes) into sections
+by heading so the judge's rubric can list the procedure's numbered steps.
+
+Every problem is collected, not just the first, and reported as one line naming the file, the
+line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'train' or 'val', got 'test'`.
+
+    skill.py        Skill, Task, Section; SkillError and the one-line problem
+    frontmatter.py  SKILL.md: frontmatter and body
+    tasks.py        tasks.jsonl
+    usercode.py     checks.py, imported with a time limit
+    files.py        atomic_write: whole files, never through a planted link
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from skill_rl.skills.files import atomic_write, replace_problem
+from skill_rl.skills.frontmatter import parse_body, parse_frontmatter, read_text, skill_settings, split_frontmatter
+from skill_rl.skills.skill import (BOM, DEFAULT_WEIGHTS, DIMENSIONS, MAX_LINE_CHARS, NAME_RE, Section, Skill, SkillError, Task,
+                                   brief, display, problem, pydantic_problems, read_only, show)
+from skill_rl.skills.tasks import load_tasks, no_duplicate_keys, parse_task_line, read_jsonl
+from skill_rl.skills.usercode import load_checks
+
+__all__ = ["BOM", "DEFAULT_WEIGHTS", "DIMENSIONS", "MAX_LINE_CHARS", "NAME_RE", "Section", "Skill", "SkillError", "Task",
+           "atomic_write", "brief", "display", "find_skill", "list_skills", "load_skill", "load_tasks", "no_duplicate_keys",
+           "parse_task_line", "problem", "pydantic_problems", "read_jsonl", "read_only", "replace_problem", "shipped_skills_dir",
+           "show", "skill_dirs"]
+
+
+def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = True) -> Skill:
+    """Load and validate a skill folder; raise SkillError listing every problem found.
+    `with_checks=False` (for `--list`) runs none of the skill's own code: no checks.py, no tasks."""
+    folder = Path(folder)
+    md = folder / "SKILL.md"
+    problems: list[str] = []
+    text = read_text(md, problems)
+    parts = split_frontmatter(md, text, problems) if text is not None else None
+    if parts is None:
+        raise SkillError(problems)
+    source, body, body_line = parts
+    fm, key_line = parse_frontmatter(md, source, problems)
+    if fm is not None and fm.name != folder.name:
+        problems.append(problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
+    weights, judged, derive = skill_settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
+    sections, steps, rules = parse_body(md, body, body_line, problems)
+    checks = load_checks(folder, problems) if with_checks else None
+    tasks = load_tasks(folder / "tasks.jsonl", getattr(checks, "Expect", None), problems) if with_tasks and with_checks else []
+    if problems:
+        raise SkillError(problems)
+    return Skill(
+        name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
+        steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
+        derive=derive,
+    )
+
+
+def shipped_skills_dir() -> Path:
+    """The skills that come with skill-rl: `skills/` of a checkout (editable installs included), or the
+    copy that a wheel or a plain `pip install .` puts in the package as `skill_rl/shipped_skills`."""
+    package = Path(__file__).resolve().parent.parent  # skill_rl/
+    installed = package / "shipped_skills"
+    return installed if installed.is_dir() else package.parent / "skills"
+
+
+def skill_dirs(explicit: Path | None = None) -> list[Path]:
+    """Where skills are looked up, first match wins: `--skills-dir` alone when given; otherwise `skills/`
+    in the working directory (when there is one), then the shipped skills."""
+    if explicit is not None:
+        return [Path(explicit)]
+    here, shipped = Path.cwd() / "skills", shipped_skills_dir()
+    if here.is_dir() and here.resolve() != shipped.resolve():
+        return [here, shipped]
+    return [shipped]
+
+
+def list_skills(skills_dirs: Path | list[Path]) -> list[Path]:
+    """Every skill folder in `skills_dirs`, by name; a name found twice is the first folder's."""
+    found: dict[str, Path] = {}
+    for d in [skills_dirs] if isinstance(skills_dirs, Path) else skills_dirs:
+        for p in sorted(Path(d).glob("*/SKILL.md")):
+            found.setdefault(p.parent.name, p.parent)
+    return sorted(found.values(), key=lambda p: p.name)
+
+
+def find_skill(skills_dirs: Path | list[Path], name: str) -> Path:
+    dirs = [skills_dirs] if isinstance(skills_dirs, Path) else skills_dirs
+    for d in dirs:
+        if (Path(d) / name / "SKILL.md").exists():
+            return Path(d) / name
+    names = [p.name for p in list_skills(dirs)]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    where = " or ".join(display(d) for d in dirs)
+    hint = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close
+            else f"--list shows the {len(names)} skill(s) there")
+    raise SkillError([f"{where}: no skill named {name!r}; {hint}"])

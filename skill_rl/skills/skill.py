@@ -1,0 +1,191 @@
+"""A skill and its tasks as loaded (Skill, Task, Section), and how a problem with one is said: one line
+naming the file, the line and the field (SkillError, problem, display, brief, show).
+"""
+
+from __future__ import annotations
+
+import re
+import reprlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+DIMENSIONS = ("format", "procedure", "correctness")
+
+
+DEFAULT_WEIGHTS = {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
+
+
+NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+MAX_LINE_CHARS = 1_000_000  # one task line bigger than this is an error, not a model input
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+class SkillError(Exception):
+    """A skill or its tasks failed validation; `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def display(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def problem(path: Path, line: int | None, msg: str) -> str:
+    return f"{display(path)}:{line}: {msg}" if line else f"{display(path)}: {msg}"
+
+
+_repr = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, maxstring=60, maxother=60)
+
+
+def brief(error: BaseException, limit: int = 200) -> str:
+    """An exception as one bounded line: `ZeroDivisionError: division by zero`."""
+    from skill_rl.keys import redact
+
+    text = " ".join(redact(str(error)).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def show(value: Any, limit: int = 40) -> str:
+    """A value as it appears in a message: bounded work and length, whatever its size or shape."""
+    text = repr(value[:limit]) if isinstance(value, str) else _repr.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Task(BaseModel):
+    """One line of tasks.jsonl. `expect` is validated by the skill's own `Expect` model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    id: str = Field(min_length=1, pattern=r"\S")
+    input: str = Field(min_length=1, pattern=r"\S")
+    split: Literal["train", "val"] = "train"
+    expect: Any = None
+    reference: str | None = None
+    line: int = Field(0, exclude=True)  # where it came from, for messages
+
+
+def _refuse(self, *args, **kwargs):
+    raise TypeError("a task is read-only: checks may not change it")
+
+
+class ReadOnlyList(list):
+    """A list from a task's `expect`: reads like a list, refuses every change."""
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce_ex__(self, protocol):  # a copy is an ordinary list
+        return list, (list(self),)
+
+
+class ReadOnlyDict(dict):
+    """A dict from a task's `expect`: reads like a dict, refuses every change."""
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __reduce_ex__(self, protocol):
+        return dict, (dict(self),)
+
+
+_FROZEN: dict[type, type] = {}  # a skill's pydantic model -> its frozen subclass
+
+
+def read_only(value: Any) -> Any:
+    """`value` (a validated `expect`) made deeply read-only, so that no check can change what the next check
+    or the next output sees: pydantic models frozen, lists and dicts refusing changes, sets frozen."""
+    if isinstance(value, BaseModel):
+        for name, v in list(vars(value).items()):
+            value.__dict__[name] = read_only(v)
+        cls = type(value)
+        if not cls.model_config.get("frozen"):
+            if cls not in _FROZEN:
+                _FROZEN[cls] = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "frozen": True},
+                                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+            object.__setattr__(value, "__class__", _FROZEN[cls])
+        return value
+    if isinstance(value, list):
+        return ReadOnlyList(read_only(v) for v in value)
+    if type(value) is tuple:
+        return tuple(read_only(v) for v in value)
+    if isinstance(value, dict):
+        return ReadOnlyDict({k: read_only(v) for k, v in value.items()})
+    if isinstance(value, set):
+        return frozenset(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    text: str  # markdown source of the section body, heading excluded
+    line: int  # line of the heading in SKILL.md
+    text_line: int = 0  # line in SKILL.md where `text` starts
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    description: str
+    path: Path  # the skill folder
+    body: str  # the markdown after the frontmatter: the policy's system prompt
+    sections: dict[str, Section]  # lower-cased heading -> section
+    steps: tuple[str, ...]  # the Procedure's ordered-list items
+    rules: tuple[str, ...]  # the Rules section's list items (may be empty)
+    weights: dict[str, float]
+    judged: tuple[str, ...]  # dimensions RULER scores
+    checks: ModuleType | None  # the skill's checks.py, if any
+    tasks: tuple[Task, ...] = field(default=())
+    derive: bool = True  # derive format checks from SKILL.md's prose (metadata `derive-checks`)
+
+    def split(self, name: str) -> list[Task]:
+        return [t for t in self.tasks if t.split == name]
+
+    def task(self, task_id: str) -> Task | None:
+        return next((t for t in self.tasks if t.id == task_id), None)
+
+    def prompt_tokens(self, task: Task) -> int:
+        """A deliberately high estimate of the prompt's tokens: 3 characters a token (code and diffs
+        tokenize denser than prose), plus a little for the chat template."""
+        return (len(self.body) + len(task.input)) // 3 + 16
+
+    def fitting(self, tasks: list[Task], context_tokens: int, max_tokens: int) -> tuple[list[Task], str | None]:
+        """The tasks whose prompt leaves room for `max_tokens` in the context, and a note naming the others."""
+        keep, skipped = [], []
+        for t in tasks:
+            (keep if self.prompt_tokens(t) <= context_tokens - max_tokens else skipped).append(t)
+        if not skipped:
+            return keep, None
+        return keep, (f"skipping {len(skipped)} task(s) longer than --context-tokens {context_tokens} minus "
+                      f"--max-tokens {max_tokens} (estimated at 3 characters a token): {', '.join(t.id for t in skipped)}")
+
+
+def pydantic_problems(path: Path, err: ValidationError, line_of, skip: set[str] = frozenset()) -> list[str]:
+    """One line per error; errors on the top-level fields in `skip` (already reported) are left out."""
+    out = []
+    for e in err.errors():
+        if e["loc"] and str(e["loc"][0]) in skip:
+            continue
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            msg = f"field '{loc}' is not allowed"
+        elif e["type"] == "missing":
+            msg = f"field '{loc}' is required"
+        else:
+            msg = f"field '{loc}': {e['msg'][0].lower()}{e['msg'][1:]}, got {show(e.get('input'))}"
+        out.append(problem(path, line_of(e["loc"]), msg))
+    return out
