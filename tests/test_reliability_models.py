@@ -129,6 +129,6 @@ def test_a_config_that_fails_transformers_own_checks_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 7, "num_attention_heads": 2}))
     assert cpu.locate(str(tmp_path)) == (str(tmp_path), None)  # well-formed JSON: transformers has the last word
     with pytest.raises(Exit) as stop:
-        cpu._load_base(str(tmp_path), None)
+        cpu.load_base(str(tmp_path), None)
     text = str(stop.value)
     assert stop.value.code == 2 and "\n" not in text and len(text) < 400 and "hidden size (7)" in text, text

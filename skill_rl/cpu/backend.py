@@ -1,0 +1,186 @@
+"""CPUBackend: ART's backend interface on CPU (register, train, _train_sft, checkpoints), and serving a
+checkpoint for --eval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from skill_rl.errors import Exit
+from skill_rl.cpu.weights import TINY_MODEL
+from skill_rl.cpu.policy import Policy
+from skill_rl.cpu.server import Server
+
+
+def _next(mask):
+    """Column t says whether token t+1 is trained: where its logprob (predicted at t) is needed."""
+    shifted = mask.roll(-1, 1)
+    shifted[:, -1] = False
+    return shifted
+
+
+class CPUBackend:
+    """ART's backend interface, as the training loop and `TrainableModel` call it, for one model."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        # Loading, training and saving run on one thread: each thread that allocates gets its own malloc
+        # arena, and arenas holding a long prompt's activations each keep their memory.
+        self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="skill-rl-cpu")
+        self.policy: Policy | None = None
+        self.server: Server | None = None
+        self.model_name: str | None = None
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+
+    def _dir(self, model) -> Path:
+        path = Path(model._get_output_dir())
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _checkpoint(self, model, step: int) -> Path:
+        return self._dir(model) / "checkpoints" / f"{step:04d}"
+
+    async def register(self, model) -> None:
+        if self.model_name not in (None, model.name):
+            raise RuntimeError(f"CPUBackend trains one model; {self.model_name} is registered already")
+        if self.policy is None:
+            self.policy = await self._run(Policy, model.base_model, self.seed)
+            step = await self._get_step(model)
+            if step:
+                await self._run(self.policy.load, self._checkpoint(model, step))
+            self.server = Server(self.policy, {model.name: True, "base": False})
+        self.model_name = model.name
+
+    async def _prepare_backend_for_training(self, model, config=None) -> tuple[str, str]:
+        return self.server.url, "cpu"
+
+    def _model_inference_name(self, model, step: int | None = None) -> str:
+        return model.name  # the latest step is the one served; `base` serves the model without the adapter
+
+    async def _get_step(self, model) -> int:
+        from art.utils.get_model_step import get_step_from_dir
+
+        return get_step_from_dir(str(self._dir(model)))
+
+    async def _delete_checkpoint_files(self, model, steps_to_keep: list[int]) -> None:
+        from art.local.checkpoints import delete_checkpoints
+
+        delete_checkpoints(str(self._dir(model)), steps_to_keep)
+
+    @asynccontextmanager
+    async def exact_adapter_lease(self, model, step: int):
+        yield
+
+    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5, **kwargs):
+        from art.types import TrainResult
+
+        groups = list(trajectory_groups)
+        step = await self._get_step(model) + 1
+        metrics = await self._run(self._train_step, groups, learning_rate)
+        await self._run(self.policy.save, self._checkpoint(model, step))
+        return TrainResult(step=step, metrics=metrics)
+
+    def _train_step(self, groups, learning_rate: float) -> dict[str, float]:
+        """ART's tokenization, advantages, packing and loss; this module's forward/backward on CPU."""
+        from art.preprocessing.pack import packed_tensors_from_tokenized_results
+        from art.preprocessing.tokenize import tokenize_trajectory_groups
+
+        started = time.perf_counter()
+        results = list(tokenize_trajectory_groups(self.policy.tokenizer, groups, allow_training_without_logprobs=False,
+                                                  scale_rewards=True))
+        by_prompt: dict[int, list] = {}
+        for r in results:  # zero-advantage trajectories are already dropped
+            by_prompt.setdefault(r.prompt_id, []).append(r)
+        parts = []
+        for same in by_prompt.values():  # a group's shared prompt becomes one prefix, its answers the rows
+            suffixes = [r.without_prompt() for r in same]
+            packed = packed_tensors_from_tokenized_results(
+                suffixes, seq_len=max(len(r.token_ids) for r in suffixes), verbosity=0, pack_results=False,
+                pad_token_id=self.policy.tokenizer.pad_token_id)
+            parts.append((same[0].token_ids[:same[0].prompt_length], packed))
+        tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
+        if not tokens:  # every group scored alike: no advantage, no gradient; the step still counts
+            return {"loss/train": 0.0, "cpu/trained_trajectories": 0.0, "cpu/train_s": time.perf_counter() - started}
+        metrics = self.policy.step(learning_rate, (self._loss(prefix, packed, tokens) for prefix, packed in parts))
+        return {**metrics, "cpu/trained_trajectories": float(len(results)), "cpu/trained_tokens": float(tokens),
+                "cpu/train_s": time.perf_counter() - started}
+
+    def _loss(self, prefix: list[int], packed, tokens: int):
+        """ART's policy loss for one group's rows after their shared prefix, summed, over all the step's tokens.
+
+        ART packs a batch once and normalizes weights and advantages over it; here each group is packed
+        and normalized by itself, so that its prompt is computed once (as ART's prefix-tree packing does)."""
+        import torch
+        from art.loss import LossInputs, loss_fn
+
+        keys = ("tokens", "group_ids", "input_pos", "assistant_mask", "logprobs", "advantages", "weights")
+        part = {k: packed[k] for k in keys}
+        rows = part["tokens"].shape[0]
+        cache = self.policy.prefix_cache(torch.tensor([prefix]), rows)
+        mask = torch.cat([torch.ones(rows, len(prefix), dtype=torch.long), (part["group_ids"] >= 0).long()], 1)
+        new = self.policy.token_logprobs(part["tokens"], mask, part["input_pos"], _next(part["assistant_mask"].bool()), cache)
+        return loss_fn(LossInputs(inputs=part), new, None, None, {}, reduction="sum").policy_loss / tokens
+
+    async def _train_sft(self, model, trajectories, config, dev_config, verbose: bool = False):
+        """Supervised fine-tuning as LocalBackend batches it (ART's tokenizer and batch size), one AdamW step a batch."""
+        from art.preprocessing.tokenize import tokenize_sft_batch
+        from art.utils.model_config import get_instruction_response_parts
+        from art.utils.sft import resolve_sft_batch_size
+
+        examples, tok = list(trajectories), self.policy.tokenizer
+        size = resolve_sft_batch_size(batch_size=config.batch_size, default_batch_size=2)
+        parts = get_instruction_response_parts(model.base_model, tok)
+        batches = []
+        for i in range(0, len(examples), size):
+            rate = config.learning_rate[len(batches)] if isinstance(config.learning_rate, list) else config.learning_rate
+            batch = tokenize_sft_batch(examples[i:i + size], rate, tok, *parts, max_seq_length=self.policy.max_positions,
+                                       assistant_turns=config.assistant_turns)
+            if batch.num_trainable_tokens:
+                batches.append(batch)
+        for batch in batches:
+            metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch))
+            yield {**metrics, "data/step_num_trajectories": float(len(examples)),
+                   "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
+                   "data/step_num_gradient_steps": float(len(batches))}
+        if batches:
+            await self._run(self.policy.save, self._checkpoint(model, await self._get_step(model) + 1))
+
+    def _sft_losses(self, batch):
+        """Cross-entropy of each example's labelled tokens, summed over the batch's trainable tokens."""
+        for t in batch.trajectory_tensors:
+            ids, labels = t["input_ids"], t["labels"]
+            needed = _next(labels != -100)
+            lp = self.policy.token_logprobs(ids, t["attention_mask"], None, needed)
+            yield -(lp * needed).sum() / batch.num_trainable_tokens
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await asyncio.to_thread(self.server.close)
+            self.server = None
+        self.worker.shutdown(wait=True)
+
+
+def checkpoint_of(path: Path) -> Path:
+    """A checkpoint folder itself, or a run folder's latest checkpoint; exit 2 when there is none."""
+    if (path / "adapter_model.safetensors").is_file():
+        return path
+    steps = sorted((p for p in (path / "checkpoints").glob("[0-9]*") if p.name.isdigit()), key=lambda p: int(p.name))
+    if not steps:
+        raise Exit(2, f"{path}: neither a checkpoint (adapter_model.safetensors) nor a run folder with checkpoints/")
+    return steps[-1]
+
+
+def serve_checkpoint(checkpoint: Path | None, base_model: str = TINY_MODEL, name: str = "trained", port: int = 0) -> Server:
+    """A server of `base` (no adapter) and, given a checkpoint, `name` (its adapter), on 127.0.0.1:port."""
+    policy = Policy(base_model)
+    names = {"base": False}
+    if checkpoint is not None:
+        policy.load(checkpoint_of(checkpoint))
+        names[name] = True
+    return Server(policy, names, port)

@@ -1,0 +1,61 @@
+"""What a CPU rehearsal is set up with: the short run's defaults, LoRA and batching, and the lines that
+say what the run is and how long it should take. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skill_rl.cpu.weights import TINY_MODEL, locate, quiet_threads
+
+
+# Short runs that finish on two CPU cores; every one can be overridden by its flag. The tiny base model
+# never writes a Conventional Commits header (0 of 192 samples), so RL alone has nothing to rank: a
+# warm start on the train tasks' references comes first, at a rate that teaches the format in one epoch
+# (at 5e-5 or 2e-4 it does not; README, "Learning on CPU"). Validation takes the first 6 val tasks.
+# RL's rate, 3e-4, was picked, not tuned: the one run measured (README) is all we know of it.
+DEFAULTS = {"steps": 10, "groups_per_step": 4, "rollouts_per_group": 4, "max_tokens": 48, "learning_rate": 3e-4,
+            "context_tokens": 4096, "sft": True, "sft_learning_rate": 1e-3, "limit": 6}
+
+
+LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
+
+GEN_BATCH = 16  # completions generated together
+
+
+BATCH_WINDOW_S = 0.2  # how long the server waits for more requests before generating
+
+
+# Measured with bench/cpu_learning.py on git-commit (README, "Learning on CPU"), 2 CPU cores: seconds an RL
+# step took with the defaults above (74-120 s, mean 88 over 10 steps), seconds per val task in a validation
+# of 4 rollouts each (about 81 s for 6 tasks), and seconds per warm-start example (602 s for 64).
+STEP_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS = 88, 13.5, 9.4
+
+
+def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
+    """The first lines of a CPU run: what it is, how long it should take, how to run the real thing.
+
+    Exits 2 first when the base model's weights are not on this machine."""
+    locate(base_model)
+    quiet_threads()
+    per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
+    warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
+    last = warm + args.steps
+    validations = 2 * warm + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
+    val = min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
+    seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS
+    model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
+    first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
+    return (f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "
+            f"{args.steps} steps of {args.groups_per_step} tasks x {args.rollouts_per_group} answers of at most "
+            f"{args.max_tokens} tokens: about {max(1, round(seconds / 60))} min on 2 cores. A model this small learns "
+            "an output's format, not its content.\n"
+            "the real run: a CUDA GPU (--backend local), W&B Serverless (WANDB_API_KEY) or Tinker (TINKER_API_KEY); "
+            "see README, 'Quick start'")
+
+
+def serve_hint(checkpoint: Path, base_model: str) -> str:
+    extra = "" if base_model == TINY_MODEL else f" --base-model {base_model}"
+    return (f"serve it, and its base model as `base`, for --eval: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
+            "  then: --eval --judge none --model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")
