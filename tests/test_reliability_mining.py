@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from skill_rl import mining
+from skill_rl.keys import secret_in
 from test_mining import ROOT, Scripted, mine, reasons, run
 
 
@@ -61,10 +62,10 @@ def test_git_never_fetches_even_when_asked_for_a_missing_object(origin, tmp_path
     r = clone(origin, tmp_path / "partial", "--filter=blob:none")
     marker = tmp_path / "PWNED"
     hostile(r, "uploadpack", marker)
-    monkeypatch.setattr(mining, "_refuse_remote_objects", lambda repo: None)
+    monkeypatch.setattr(mining.git, "refuse_remote_objects", lambda repo: None)
     if not lazy_fetch_switch:  # an older git, which does not know GIT_NO_LAZY_FETCH
-        env = mining._env
-        monkeypatch.setattr(mining, "_env", lambda path: {k: v for k, v in env(path).items() if k != "GIT_NO_LAZY_FETCH"})
+        env = mining.git.git_env
+        monkeypatch.setattr(mining.git, "git_env", lambda path: {k: v for k, v in env(path).items() if k != "GIT_NO_LAZY_FETCH"})
     repo = mining.Repo(r.path)
     blob = subprocess.run(["git", "-C", str(origin.path), "rev-parse", "HEAD:src/core.py"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -129,12 +130,12 @@ CLEAN = {
 
 @pytest.mark.parametrize("case", SECRETS)
 def test_a_secret_assignment_key_or_token_in_a_diff_is_found(case):
-    assert mining.secret_in(SECRETS[case]), case
+    assert secret_in(SECRETS[case]), case
 
 
 @pytest.mark.parametrize("case", CLEAN)
 def test_references_placeholders_and_hashes_are_not_secrets(case):
-    assert mining.secret_in(CLEAN[case]) is None, case
+    assert secret_in(CLEAN[case]) is None, case
 
 
 def test_a_commit_with_a_prefixed_secret_name_is_skipped_and_counted(tmp_path):

@@ -339,7 +339,7 @@ def no_false_alarms(output: str, task) -> bool | None:
 
 # ================================================================== tasks from git history
 # `python train_skill.py --skill code-review --tasks-from-git REPO` calls `task_from_commit` once per
-# non-merge commit (skill_rl/mining.py walks the history, bounds and filters the diff, dedups,
+# non-merge commit (skill_rl/mining/ walks the history, bounds and filters the diff, dedups,
 # splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
 
 from skill_rl.scoring.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)

@@ -347,7 +347,7 @@ def breaking_right(output: str, task) -> bool | None:
 
 # ================================================================== tasks from git history
 # `python train_skill.py --skill git-commit --tasks-from-git REPO` calls `task_from_commit` once per
-# non-merge commit (skill_rl/mining.py walks the history, bounds and filters the diff, dedups,
+# non-merge commit (skill_rl/mining/ walks the history, bounds and filters the diff, dedups,
 # splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
 
 PR_SUFFIX = re.compile(r"(\s+\(#\d+\))+$")  # GitHub's squash-merge suffix: "fix: parse dates (#123)"

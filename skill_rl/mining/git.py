@@ -1,81 +1,71 @@
-"""`--tasks-from-git REPO`: a skill's tasks.jsonl mined from a repository's history.
-
-    python train_skill.py --skill git-commit --tasks-from-git ../repo [--rev v1.0..main] [--limit 500]
-
-The skill decides what a commit is worth: its checks.py defines
-
-    def task_from_commit(commit: skill_rl.mining.Commit) -> dict | str
-
-returning a task (`input`, and optionally `expect` and `reference`) or the reason to skip the commit.
-A task marked `"clean": true` is a clean example (nothing to find, e.g. a review's approve task): at most
---clean-ratio of them per other task are kept, chosen by a hash of the sha. A hook that asks what later
-commits did to a change reads `commit.later`, the next --clean-window commits of the walk.
-This module owns the rest. It walks the range with `git` (read-only plumbing, a timeout on every
-call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options, a
-minimal environment, every transport forbidden: a partial clone, which would fetch what it lacks, is
-refused, and a shallow clone's commits whose parents were cut off are skipped),
-reads each commit object itself (so no message byte can confuse it), skips merges, leaves binary,
-generated and lock files out of the diff, bounds its size, never mines a commit that touches a
-secret-looking file or in whose task or message `keys.secret_in` finds a secret, drops a task whose
-input or reference an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
-never moves old ones; raising --val-fraction only moves train tasks to val), validates every line
-with the normal task loader, writes the file atomically and prints a count per reason.
+"""Reading a repository's history with `git`, as untrusted input: read-only plumbing, a timeout on every
+call, no system or global config, no pager, hooks, external diff or textconv, fixed diff options, a minimal
+environment, every transport forbidden (a partial clone, which would fetch what it lacks, is refused; a
+shallow clone's commits whose parents were cut off are skipped). Each commit object is read and parsed
+here (so no message byte can confuse it); binary, generated and lock files are left out of its diff.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import threading
-from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from skill_rl import flags
 from skill_rl.scoring.diffs import Diff, parse_diff
-from skill_rl.keys import redact, secret_in
-from skill_rl.records import refuse_inputs, skill_files
-from skill_rl.skills import Skill, atomic_write, display, parse_task_line, replace_problem
+from skill_rl.skills import display
 
-HOOK = "task_from_commit"
+
 GIT_TIMEOUT = 60.0  # seconds for any one git call
+
+
 MAX_OBJECT_BYTES = 256_000  # a commit object (headers and message) larger than this is skipped
+
+
 MAX_FILES = 200  # a commit changing more files than this is skipped before its diff is read
-TASK_KEYS = {"input", "expect", "reference", "clean"}
+
 
 # Every git call: repository config may not change what we read or make git run anything.
-# Nor contact anything: every transport is forbidden (GIT_ALLOW_PROTOCOL in _env, and protocol.allow here), so
+# Nor contact anything: every transport is forbidden (GIT_ALLOW_PROTOCOL in git_env, and protocol.allow here), so
 # a remote's uploadpack, core.sshCommand or an ext:: URL never runs, even if git wanted an object it lacks.
 CONFIG = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
           "-c", "color.ui=never", "-c", "log.showSignature=false", "-c", "protocol.allow=never",
           "-c", "core.sshCommand=false", "-c", "core.askPass=false", "-c", "credential.helper=",
           "-c", "advice.graftFileDeprecated=false")
+
+
 DIFF = ("-r", "--root", "--no-commit-id", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
         "--submodule=short", "-O/dev/null")
+
+
 PATCH = ("-p", "-U3", "--inter-hunk-context=0", "--diff-algorithm=myers", "--indent-heuristic",
          "--src-prefix=a/", "--dst-prefix=b/")
+
 
 LOCKFILES = frozenset("package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml bun.lock bun.lockb cargo.lock "
                       "poetry.lock pipfile.lock uv.lock pdm.lock gemfile.lock composer.lock go.sum mix.lock "
                       "pubspec.lock podfile.lock package.resolved flake.lock packages.lock.json gradle.lockfile "
                       "deno.lock".split())
+
+
 GENERATED_PATH = re.compile(r"(^|/)(node_modules|vendor|third_party|dist|__pycache__|\.yarn)/|\.min\.(js|css)$|\.map$"
                             r"|_pb2(_grpc)?\.pyi?$|\.pb\.(go|cc|h)$|\.g\.dart$|\.generated\.|\.pyc$", re.I)
+
+
 GENERATED_MARK = re.compile(r"@generated\b|\bDO NOT EDIT\b|\bauto-?generated\b", re.I)  # in a file's first 5 lines
-SECRET_FILE = re.compile(r"^(\.env.*|.*\.env|\.envrc|.*\.(pem|key|p12|pfx|jks|keystore|crt|cer|der|csr|p8|ppk|gpg|kdbx"
-                         r"|keytab|tfvars|tfstate(\..*)?)|id_(rsa|dsa|ecdsa|ed25519)(\..*)?|[._]netrc|\.npmrc|\.pypirc"
-                         r"|\.pgpass|\.htpasswd|\.git-credentials|\.dockercfg|.*secret.*|.*credential.*"
-                         r"|service[-_]?account.*\.json)$", re.I)
+
+
 BOT = re.compile(r"\[bot\]|\b(dependabot|renovate|greenkeeper|snyk-bot|github-actions|pre-commit-ci|mergify|imgbot"
                  r"|semantic-release-bot|release-please|allcontributors|depfu|pyup-bot|whitesource)\b", re.I)
+
+
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # NUL, escapes, ...: not text a model should learn to write
+
+
 REVERT = re.compile(r'^Revert "|^This reverts commit [0-9a-f]{7,}', re.M)
 
 
@@ -91,21 +81,7 @@ class TooLarge(Skip):
     """git wrote more than the caller wanted to read."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("tasks from git history (--tasks-from-git; --out and --limit apply too)")
-    g.add_argument("--tasks-from-git", metavar="REPO", help="mine tasks for --skill from this git repository's commits")
-    g.add_argument("--rev", default="HEAD", metavar="RANGE", help="revision or range to walk, e.g. v1.0..main (default HEAD)")
-    g.add_argument("--val-fraction", type=flags.number(minimum=0, below=1), default=0.2, help="share of commits (by a hash of the sha) put in val (default 0.2)")
-    g.add_argument("--max-diff-chars", type=flags.count(), default=12_000, help="skip commits whose diff is longer (default 12000)")
-    g.add_argument("--clean-ratio", type=flags.number(minimum=0), default=1.0, help="clean examples (code-review: approve tasks) kept per other task, chosen by a hash of the sha (default 1)")
-    g.add_argument("--clean-window", type=flags.count(), default=50, help="later commits a hook may look at (code-review: a change is clean when none of the next N commits fixes its lines; default 50)")
-    g.add_argument("--force", action="store_true", help="replace --out when it exists")
-
-
-# ------------------------------------------------------------------ git
-
-
-def _env(repo: Path) -> dict[str, str]:
+def git_env(repo: Path) -> dict[str, str]:
     """A minimal environment: the caller's PATH and nothing else of it (no GIT_DIR, LD_PRELOAD, HOME, proxies...)."""
     return dict(PATH=os.environ.get("PATH", os.defpath), LC_ALL="C", PAGER="cat", GIT_PAGER="cat",
                 GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_NO_REPLACE_OBJECTS="1",
@@ -121,12 +97,12 @@ class Repo:
         self.path, self.max_chars, self.timeout = Path(path).resolve(), max_chars, timeout
         if not self.path.is_dir():
             raise MiningError(f"{path}: not a directory")
-        self.env = _env(self.path)
+        self.env = git_env(self.path)
         try:
             self.git("rev-parse", "--git-dir")
         except Skip as e:
             raise MiningError(f"{path}: not a git repository ({e})")
-        _refuse_remote_objects(self)
+        refuse_remote_objects(self)
         self.shallow = _shallow(self)
 
     def git(self, *args: str, cap: int = 1 << 28) -> bytes:
@@ -189,7 +165,7 @@ class Repo:
                 proc.wait()
 
 
-def _refuse_remote_objects(repo: Repo) -> None:
+def refuse_remote_objects(repo: Repo) -> None:
     """A partial clone (`git clone --filter`) lacks objects that git fetches from its promisor remote when asked
     for them, running whatever that remote's config says (uploadpack, core.sshCommand, an ext:: URL): refused."""
     try:
@@ -231,9 +207,6 @@ def _read_object(out, sha: str) -> bytes | None:
     if len(data) != left:
         raise MiningError(f"git cat-file stopped in the middle of {sha} (killed after a timeout?)")
     return data[:-1]
-
-
-# ------------------------------------------------------------------ a commit, as a hook sees it
 
 
 @dataclass
@@ -390,206 +363,3 @@ def _generated_header(section: str) -> bool:
         return False
     lines = [ln for ln in section[m.end():].split("\n") if ln[:1] in (" ", "+")][: 6 - int(m[1])]
     return any(GENERATED_MARK.search(ln) for ln in lines)
-
-
-# ------------------------------------------------------------------ mining
-
-
-def split_of(sha: str, val_fraction: float) -> str:
-    """'val' for a fixed, hash-chosen share of commits: the same sha always lands in the same split."""
-    h = int.from_bytes(hashlib.sha256(f"skill-rl split {sha}".encode()).digest()[:8], "big") / 2**64
-    return "val" if h < val_fraction else "train"
-
-
-def secret_reason(commit: Commit, task: dict) -> str | None:
-    """Why the task must not be written: the commit touches a secret-looking file, or a secret pattern
-    matches its message or the task's text. The whole commit is skipped, not just the file."""
-    if any(SECRET_FILE.match(f.path.rsplit("/", 1)[-1]) for f in commit.files):
-        return "touches a secret-looking file (never mined)"
-    texts = (task["input"], task.get("reference"), json.dumps(task.get("expect"), default=str), commit.message)
-    if any(isinstance(t, str) and secret_in(t) for t in texts):
-        return "matches a secret pattern (never mined)"
-    return None
-
-
-@dataclass
-class Mined:
-    lines: list[str] = field(default_factory=list)
-    splits: Counter = field(default_factory=Counter)
-    skipped: Counter = field(default_factory=Counter)
-    left_out: Counter = field(default_factory=Counter)  # files left out of kept tasks' diffs, by reason
-    errors: list[str] = field(default_factory=list)  # the hook raised
-    commits: int = 0
-
-
-def _candidate(commit: Commit, hook, mined: Mined) -> dict | str:
-    """The hook's task for `commit`, or the reason it is skipped."""
-    if commit.skip:
-        return commit.skip
-    try:
-        got = hook(commit)
-    except Skip as e:
-        return str(e)
-    except Exception as e:  # the skill's own code: count it, show the first few, carry on, exit 1
-        if len(mined.errors) < 3:
-            mined.errors.append(f"{HOOK} raised on commit {commit.sha[:12]}: {type(e).__name__}: {redact(str(e))[:200]}")
-        return f"{HOOK} raised an error"
-    if isinstance(got, str) and got.strip():
-        return got.strip().splitlines()[0][:100]
-    if not isinstance(got, dict) or not {"input"} <= set(got) <= TASK_KEYS:
-        raise MiningError(f"{HOOK} must return a reason string or a dict with 'input' and optionally 'expect' and "
-                          f"'reference'; got {str(got)[:80]!r} for commit {commit.sha[:12]}")
-    try:
-        return secret_reason(commit, got) or got
-    except Skip as e:
-        return str(e)
-
-
-def _line(task: dict, sha: str, out: Path, expect_model, mined: Mined) -> str | None:
-    """The task as a tasks.jsonl line, if the normal task loader accepts it."""
-    try:
-        line = json.dumps(task, ensure_ascii=False)
-        raw = line.encode("utf-8")
-    except (TypeError, ValueError) as e:  # not JSON, or lone surrogates from a path that is not UTF-8
-        raise MiningError(f"{HOOK} returned a task that is not JSON text for commit {sha[:12]}: {e}")
-    problems: list[str] = []
-    if parse_task_line(out, len(mined.lines) + 1, raw, expect_model, problems) is not None:
-        return line
-    mined.skipped["rejected by the task loader"] += 1
-    if len(mined.errors) < 3:
-        mined.errors.append(f"commit {sha[:12]}: {problems[0]}")
-    return None
-
-
-def _with_later(commits, window: int):
-    """Each commit with `later` set to the (at most `window`) commits that follow it in the walk."""
-    queue: deque[Commit] = deque()
-    for commit in commits:
-        commit.window = window
-        queue.append(commit)
-        if len(queue) > window:
-            first = queue.popleft()
-            first.later = tuple(queue)
-            yield first
-    while queue:
-        first = queue.popleft()
-        first.later = tuple(queue)
-        yield first
-
-
-def _clean_rank(line: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"skill-rl clean {json.loads(line)['id']}".encode()).digest()[:8], "big")
-
-
-def _balance(mined: Mined, clean: list[bool], ratio: float) -> None:
-    """Keep at most `ratio` clean tasks per other task: those whose id hashes lowest."""
-    picked = [i for i, c in enumerate(clean) if c]
-    keep = round(ratio * (len(clean) - len(picked)))
-    drop = set(sorted(picked, key=lambda i: _clean_rank(mined.lines[i]))[keep:])
-    for i in sorted(drop):
-        mined.splits[json.loads(mined.lines[i])["split"]] -= 1
-    if drop:
-        mined.skipped["clean example over --clean-ratio"] += len(drop)
-    mined.lines = [line for i, line in enumerate(mined.lines) if i not in drop]
-
-
-def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: float, clean_ratio: float = 1.0,
-         window: int = 50) -> Mined:
-    """Every commit through the hook and the core's filters; the accepted tasks as JSONL lines, oldest first."""
-    hook, expect_model = getattr(skill.checks, HOOK), getattr(skill.checks, "Expect", None)
-    mined, seen, ids, clean = Mined(), set(), set(), []
-    for commit in _with_later(repo.commits(shas), window):
-        mined.commits += 1
-        got = _candidate(commit, hook, mined)
-        if isinstance(got, str):
-            mined.skipped[got] += 1
-            continue
-        task_id = f"git-{commit.sha[:12]}" if f"git-{commit.sha[:12]}" not in ids else f"git-{commit.sha}"
-        fields = {k: v for k, v in got.items() if v is not None and k != "clean"}
-        task = {"id": task_id, **fields, "split": split_of(commit.sha, val_fraction)}
-        line = _line(task, commit.sha, out, expect_model, mined)
-        if line is None:
-            continue
-        keys = {("input", task["input"]), ("reference", task.get("reference"))} - {("reference", None)}
-        if keys & seen:  # an older commit gave the same diff or the same message
-            mined.skipped["same input or reference as an older commit"] += 1
-            continue
-        seen |= keys
-        ids.add(task_id)
-        mined.lines.append(line)
-        clean.append(got.get("clean") is True)
-        mined.splits[task["split"]] += 1
-        mined.left_out.update(f.excluded for f in commit.files if f.excluded)
-    _balance(mined, clean, clean_ratio)
-    return mined
-
-
-# ------------------------------------------------------------------ the command
-
-
-def default_out(skill: Skill, repo: str) -> Path:
-    """Beside the skill's tasks; for a skill shipped inside an installed package, in the working
-    directory instead (never into site-packages)."""
-    slug = re.sub(r"[^a-z0-9._-]+", "-", Path(repo).resolve().name.lower()).strip("-.") or "repo"
-    installed = skill.path.resolve().is_relative_to(Path(__file__).resolve().parent)
-    return (Path.cwd() if installed else skill.path) / f"tasks-from-{slug}.jsonl"
-
-
-def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
-    if skill.checks is None or not callable(getattr(skill.checks, HOOK, None)):
-        raise MiningError(f"skill {skill.name!r} cannot mine tasks: its checks.py defines no {HOOK}(commit) "
-                          "(see the README, 'Tasks from your history')")
-    if not 0 <= args.val_fraction < 1:
-        raise MiningError(f"--val-fraction must be at least 0 and below 1, got {args.val_fraction}")
-    if (args.limit is not None and args.limit < 1) or args.max_diff_chars < 1:
-        raise MiningError("--limit and --max-diff-chars must be at least 1")
-    if not args.tasks_from_git.strip() or not args.rev.strip() or "\0" in args.rev:
-        raise MiningError("--tasks-from-git and --rev must not be empty")
-    out = args.out or default_out(skill, args.tasks_from_git)
-    refuse_inputs(out, skill_files(skill))  # SKILL.md, checks.py, tasks.jsonl: never an output, --force or not
-    if out.is_dir() or not out.parent.is_dir():
-        raise MiningError(f"--out {out}: must be a file in an existing folder")
-    if problem := replace_problem(out):
-        raise MiningError(f"--out {out}: {problem}")
-    if out.exists() and not args.force:
-        raise MiningError(f"{display(out)} exists; pass --force to replace it, or --out another file")
-    repo = Repo(args.tasks_from_git, max_chars=args.max_diff_chars)
-    return repo, repo.revisions(args.rev, args.limit), out
-
-
-def run(skill: Skill, args) -> int:
-    """Mine, write, report. Exit 0 with tasks written, 1 when none came out or the hook failed, 2 for bad input."""
-    try:
-        repo, shas, out = _setup(skill, args)
-        mined = mine(repo, shas, skill, out, args.val_fraction, args.clean_ratio, args.clean_window)
-    except MiningError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing written", file=sys.stderr)
-        return 1
-    if mined.lines:
-        try:
-            atomic_write(out, "\n".join(mined.lines) + "\n")
-        except OSError as e:
-            print(f"error: cannot write {display(out)}: {e.strerror}", file=sys.stderr)
-            return 2
-    print(report(mined, args, out))
-    for line in mined.errors:
-        print(line, file=sys.stderr)
-    return 0 if mined.lines and not mined.errors else 1
-
-
-def report(mined: Mined, args, out: Path) -> str:
-    where = f"{args.tasks_from_git} --rev {args.rev}" + (f" --limit {args.limit}" if args.limit else "")
-    n = len(mined.lines)
-    head = (f"{n} tasks ({mined.splits['train']} train, {mined.splits['val']} val) -> {display(out)}" if n
-            else "no tasks: nothing written")
-    lines = [f"mined {mined.commits} commits of {where}: {head}"]
-    if mined.skipped:
-        lines.append(f"skipped {sum(mined.skipped.values())} commits:")
-        lines += [f"  {count:>6}  {reason}" for reason, count in mined.skipped.most_common()]
-    if mined.left_out:
-        lines.append("files left out of the kept tasks' diffs: "
-                     + ", ".join(f"{count} {reason}" for reason, count in mined.left_out.most_common()))
-    return "\n".join(lines)
