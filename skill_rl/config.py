@@ -46,7 +46,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
 
     s = argparse.Namespace(**vars(args))  # the parsed flags stay as parsed
     if s.score or s.eval:
-        backends.fill_defaults(s, None)
+        presets(s, None)
         return Run(Settings(vars(s)), judge(s))
     by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
     if said_none and not s.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
@@ -55,7 +55,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
         picked = backends.pick_backend(s.backend)
     except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
         picked = None
-    backends.fill_defaults(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
+    presets(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
     sft = warmstart.prepare(s, skill, by_default)  # --sft flags and files: every problem, before anything runs
     plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
     s.backend, s.base_model = plan.kind, plan.base_model
@@ -64,6 +64,25 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
         notes = (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
+
+
+def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None) -> None:
+    """Fill in the flags left out, for the backend that runs (None: a command that does not train): the CPU's
+    short run (cpu.DEFAULTS) or the GPU's (backends.TRAIN_DEFAULTS). The CPU warm-starts by default when the
+    tasks have references (or --sft-from names another source), and scores with checks only unless a judge
+    is set up: a rehearsal needs no key."""
+    from skill_rl import cpu
+    from skill_rl.training.backends import TRAIN_DEFAULTS
+
+    if kind == "cpu" and getattr(s, "sft", False) is None and skill and not s.sft_from:
+        s.sft = any(t.reference for t in skill.split("train"))
+    for key, value in (cpu.DEFAULTS if kind == "cpu" else TRAIN_DEFAULTS).items():
+        if getattr(s, key, None) is None:
+            setattr(s, key, value)
+    if getattr(s, "judge", "ruler") is None:
+        configured = s.judge_base_url or s.judge_model or any(
+            os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
+        s.judge = "none" if kind == "cpu" and not configured else "ruler"
 
 
 def judge(s) -> object | None:

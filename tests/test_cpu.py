@@ -135,7 +135,7 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
 
 def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tmp_path):
     import train_skill
-    from skill_rl.training import backends
+    from skill_rl import config
     from skill_rl.skills import load_skill
 
     with_refs = load_skill(shout_skill(tmp_path / "a") / "shout")
@@ -145,11 +145,11 @@ def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tm
     for skill, flags, expected in ((with_refs, [], True), (load_skill(plain), [], False), (with_refs, ["--no-sft"], False),
                                    (load_skill(plain), ["--sft-from", "out.jsonl"], True)):
         args = train_skill.parse_args(["--skill", "shout", "--backend", "cpu", *flags])
-        backends.fill_defaults(args, "cpu", skill)
+        config.presets(args, "cpu", skill)
         assert args.sft is expected, (skill.path, flags)
         assert args.sft_learning_rate == cpu.DEFAULTS["sft_learning_rate"] and args.limit == cpu.DEFAULTS["limit"]
     args = train_skill.parse_args(["--skill", "shout", "--backend", "local"])
-    backends.fill_defaults(args, "local", with_refs)
+    config.presets(args, "local", with_refs)
     assert args.sft is False and args.limit is None and args.sft_learning_rate == 5e-5  # the GPU path is unchanged
 
 

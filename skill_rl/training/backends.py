@@ -49,7 +49,7 @@ DEFAULT_BASE_MODEL = {"local": "Qwen/Qwen2.5-3B-Instruct", "serverless": SERVERL
 BASE_MODEL_HELP = ("model to train (default Qwen/Qwen2.5-3B-Instruct; with --backend serverless "
                    f"{DEFAULT_BASE_MODEL['serverless']}, with --backend tinker {DEFAULT_BASE_MODEL['tinker']}, "
                    f"with --backend cpu {cpu.TINY_MODEL}, a .gguf file or a local Hugging Face folder)")
-# The training flags left out take these; --backend cpu takes cpu.DEFAULTS, a short run on CPU.
+# The training flags left out take these (config.presets); --backend cpu takes cpu.DEFAULTS, a short run on CPU.
 TRAIN_DEFAULTS = {"steps": 50, "groups_per_step": 8, "rollouts_per_group": 8, "max_tokens": 1024,
                   "learning_rate": 1e-5, "context_tokens": 32768, "sft": False, "sft_learning_rate": warmstart.DEFAULT_LEARNING_RATE}
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
@@ -89,7 +89,7 @@ class Plan:
 
 def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
     """Resolve --backend (unless `picked` is pick_backend's answer already) and --base-model, for settings whose
-    presets are applied already (fill_defaults; config.resolve does both), or exit 2 with what to do; starts
+    presets are applied already (config.presets; config.resolve does both), or exit 2 with what to do; starts
     nothing and spends nothing. The skill's tasks size the CPU rehearsal's time estimate."""
     kind, why = picked or pick_backend(args.backend)
     base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
@@ -106,20 +106,6 @@ def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
     elif ":" not in kind:
         raise Exit(2, f"--backend must be auto, local, serverless, tinker, cpu or MODULE:CLASS, got {kind!r}")
     return Plan(kind, base_model, why)
-
-
-def fill_defaults(args, kind: str | None, skill=None) -> None:
-    """The training flags left out, for the backend that runs (None: a command that does not train).
-    The CPU's default warm start needs references, unless --sft-from names another source."""
-    if kind == "cpu" and getattr(args, "sft", False) is None and skill and not args.sft_from:
-        args.sft = any(t.reference for t in skill.split("train"))
-    for key, value in (cpu.DEFAULTS if kind == "cpu" else TRAIN_DEFAULTS).items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if getattr(args, "judge", "ruler") is None:  # a rehearsal needs no key: without a judge it scores with checks only
-        configured = args.judge_base_url or args.judge_model or any(
-            os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
-        args.judge = "none" if kind == "cpu" and not configured else "ruler"
 
 
 def pick_backend(spec: str) -> tuple[str, str]:

@@ -1,0 +1,121 @@
+"""The package's shape: which module may import which, the size of the training story, settings resolved once."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+import train_skill
+from skill_rl import config
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "skill_rl"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "shipped_skills" in path.parts or "template" in path.parts:
+            continue
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict) -> set[str]:
+    """The package's modules that `name` imports, at module level or inside functions alike."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for a in node.names:
+                target = f"{base}.{a.name}"
+                out.add(target if target in modules else base)
+    return {m for m in out if m in modules and m != name}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def test_the_graph_reader_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    pkg = {"p": tmp_path / "__init__.py", "p.a": tmp_path / "a.py", "p.b": tmp_path / "b.py"}
+    pkg["p.a"].write_text("def f():\n    from p import b\n")
+    pkg["p.b"].write_text("from .a import f\n")
+    assert _imports("p.a", pkg["p.a"], pkg) == {"p.b"} and _imports("p.b", pkg["p.b"], pkg) == {"p.a"}
+
+
+def test_no_module_imports_one_that_imports_it_back(graph):
+    def cycle_from(start):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    cycles = [c for c in map(cycle_from, graph) if c]
+    assert not cycles, " -> ".join(cycles[0])
+
+
+def test_only_the_command_line_entry_imports_the_cli_module(graph):
+    assert [m for m, deps in graph.items() if "skill_rl.cli" in deps] == []
+
+
+def test_scoring_and_the_skill_loader_import_nothing_of_training_or_the_cpu_backend(graph):
+    low = [m for m in graph if m.startswith(("skill_rl.scoring", "skill_rl.skills"))]
+    leaks = {m: sorted(d for d in graph[m] if d.startswith(("skill_rl.training", "skill_rl.cpu", "skill_rl.mining")))
+             for m in low}
+    assert not any(leaks.values()), leaks
+
+
+def test_train_tells_a_step_in_at_most_60_lines():
+    tree = ast.parse(Path(train_skill.__file__).read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "train")
+    assert fn.end_lineno - fn.lineno + 1 <= 60
+
+
+def test_no_flag_is_changed_after_parsing_outside_config_resolve():
+    """The parsed flags are copied and resolved in one function; everything after reads its read-only result."""
+    for path in [Path(train_skill.__file__), *(p for p in PACKAGE.rglob("*.py") if p.name != "config.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+            for t in targets:
+                assert not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "args"), \
+                    f"{path.relative_to(ROOT)}:{node.lineno}: assigns args.{t.attr}"
+
+
+def test_resolved_settings_are_read_only():
+    args = train_skill.parse_args(["--skill", "git-commit", "--score", "x.jsonl", "--judge", "none"])
+    from skill_rl.skills import find_skill, load_skill, skill_dirs
+
+    run = config.resolve(args, load_skill(find_skill(skill_dirs(None), "git-commit")))
+    assert run.settings.judge == "none" and run.judge is None and run.settings.steps == 50  # presets applied
+    with pytest.raises(AttributeError, match="read-only"):
+        run.settings.steps = 3
+    assert args.steps is None  # the parsed flags are left as parsed
+
+
+def test_every_sub_package_is_in_the_wheel():
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")
+               if "shipped_skills" not in p.parts}
+    assert on_disk <= listed, sorted(on_disk - listed)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-n0"]))
