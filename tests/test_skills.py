@@ -213,6 +213,21 @@ def test_the_public_api_for_checks_is_check_and_task():
         skill_rl.not_a_name
 
 
+def test_a_checks_py_importing_a_module_skill_rl_moved_is_told_what_to_import(tmp_path, capsys):
+    """Skills written before the package was split imported `from skill_rl.rubric import check`."""
+    assert main(["--skills-dir", str(tmp_path), "--init", "old-skill"]) == 0
+    checks = tmp_path / "old-skill" / "checks.py"
+    checks.write_text(checks.read_text().replace("from skill_rl import Task, check",
+                                                 "from skill_rl.skills import Task\nfrom skill_rl.rubric import check"))
+    capsys.readouterr()
+    assert main(["--skills-dir", str(tmp_path), "--skill", "old-skill", "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    line = next(i for i, t in enumerate(checks.read_text().splitlines(), 1) if "skill_rl.rubric" in t)
+    assert err.endswith(f"checks.py:{line}: checks.py imports skill_rl.rubric, which skill-rl no longer has: import what a "
+                        "checks.py needs from the package itself (from skill_rl import check, Task)"), err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
 def test_check_runs_as_a_process_without_importing_art_or_litellm(tmp_path):
     probe = ("import sys, runpy; sys.argv = ['train_skill.py', '--skill', 'git-commit', '--check']\n"
              "try:\n    runpy.run_path('train_skill.py', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"

@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 
@@ -54,6 +55,10 @@ def load_checks(folder: Path, problems: list[str]) -> ModuleType | None:
         problems.append(problem(path, error.lineno, f"checks.py does not parse: {error.msg}"))
     elif isinstance(error, Timeout):
         problems.append(problem(path, None, f"checks.py did not finish importing within {IMPORT_SECONDS:g} s"))
+    elif isinstance(error, ModuleNotFoundError) and (error.name or "").startswith("skill_rl."):
+        line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__)) if f.filename == str(path)), None)
+        problems.append(problem(path, line, f"checks.py imports {error.name}, which skill-rl no longer has: import "
+                                            "what a checks.py needs from the package itself (from skill_rl import check, Task)"))
     elif error is not None:
         problems.append(problem(path, None, f"checks.py failed to import: {brief(error)}"))
     else:
