@@ -76,3 +76,14 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
     (tmp_path / "a.md").write_text("# A page\n\n## Two words `x.y`\n\n[ok](#two-words-xy) [file](a.md#a-page)\n"
                                    "[gone](b.md) [bad](#nowhere) `[code](c.md)`\n```\n[fenced](d.md)\n```\n")
     assert broken_links(tmp_path / "a.md") == ["a.md: b.md (no such file)", "a.md: #nowhere (no heading with that anchor)"]
+
+
+def test_the_command_line_reference_names_every_flag(capsys):
+    import train_skill
+
+    with pytest.raises(SystemExit):
+        train_skill.parse_args(["--help"])
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", capsys.readouterr().out)) - {"--help"}
+    assert len(flags) > 40
+    documented = (ROOT / "docs/cli.md").read_text()
+    assert sorted(f for f in flags if f"`{f}" not in documented) == []
