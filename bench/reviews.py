@@ -1,4 +1,4 @@
-"""What the code-review reward pays on real history: the rates the README quotes for tests/data/review-*.jsonl.
+"""What the code-review reward pays on real history: the rates docs/scoring.md quotes for tests/data/review-*.jsonl.
 
     python bench/reviews.py [FIXTURE.jsonl ...]
 

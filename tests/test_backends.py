@@ -99,8 +99,8 @@ def test_auto_picks_serverless_with_a_model_it_trains_and_says_why_and_who_bills
     assert "--backend auto" in plan.describe() and "WANDB_API_KEY is set" in plan.describe() and "bills" in plan.describe()
 
 
-def test_readme_shows_the_no_backend_message_as_it_is_printed():
-    assert f"error: {backends.NO_BACKEND}\n" in (ROOT / "README.md").read_text()
+def test_docs_show_the_no_backend_message_as_it_is_printed():
+    assert f"error: {backends.NO_BACKEND}\n" in (ROOT / "docs/backends.md").read_text()
 
 
 # ------------------------------------------------------------------ the flags that fit a GPU

@@ -282,7 +282,7 @@ def test_derivation_agrees_with_the_hand_written_checks_of_the_shipped_skills(na
                 assert d == h, f"{task.id}, {why}: derived {names} say {d}, {hand} says {h}"
 
 
-# Where they differ, and why (the README lists these too): derivation reads less than code can.
+# Where they differ, and why (docs/derived-checks.md lists these too): derivation reads less than code can.
 DIFFERENCES = [
     ("code-review", "an extra section", lambda r: r + "\n\n## Notes\nMore.", "headings", "three_sections",
      "the template's headings are all there, in order; the prose's 'nothing else' is not a derived form"),

@@ -232,7 +232,7 @@ def test_grounded_subjects_name_what_the_diff_touches(message, diff, expect, exp
 
 def test_grounding_misses_few_realistic_human_messages():
     """Messages written for this suite the way engineers write them (concepts, not file names) for the 88 diffs:
-    the measured misses are listed in the README; this guards against the check getting stricter."""
+    the measured misses are listed in docs/scoring.md; this guards against the check getting stricter."""
     skill = load_skill(ROOT / "skills/git-commit")
     rows = [json.loads(line) for line in (ROOT / "tests/human_commits.jsonl").read_text().splitlines()]
     scores = [checks.grounded(r["message"], skill.task(r["task_id"])) for r in rows]

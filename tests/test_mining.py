@@ -370,7 +370,7 @@ def test_reversing_a_diff_twice_gives_it_back(mined):
             assert reverse_diff(reverse_diff(task["input"])) == task["input"]
 
 
-if __name__ == "__main__":  # python tests/test_mining.py DIR: the scripted repository, to try the README's commands on
+if __name__ == "__main__":  # python tests/test_mining.py DIR: the scripted repository, to try the commands of docs/tasks-from-git.md on
     import sys
 
     print(f"built {build(Path(sys.argv[1])).path} with 29 commits")

@@ -1,5 +1,5 @@
 """Faults and bad input at every entry point: the command finishes, counts what failed, loses nothing,
-and never prints a traceback or a key. The README's Reliability table lists what is tried here."""
+and never prints a traceback or a key. docs/reliability.md lists what is tried here."""
 
 import json
 import os
