@@ -55,6 +55,8 @@ def init_skill(skills_dir: Path, name: str) -> int:
         text = (TEMPLATE / file).read_text().replace("{name}", name).replace("{title}", title)
         (folder / file).write_text(text)
     print(f"created {folder}/SKILL.md, tasks.jsonl and checks.py (one check): edit them, then run --skill {name} --check")
+    print("what each file may hold: docs/skills.md; which SKILL.md sentences become checks (--check lists them): "
+          "docs/derived-checks.md")
     return 0
 
 
