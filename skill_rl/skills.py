@@ -1,4 +1,4 @@
-"""Load and lint a skill folder: SKILL.md, tasks.jsonl and the optional checks.py.
+"""Load and lint a skill folder: SKILL.md, tasks.jsonl and the optional checks.py and exploits.py.
 
 A skill is a valid Agent Skill (agentskills.io): YAML frontmatter with only the keys the spec
 allows, skill-rl settings under `metadata` as strings, then a markdown body. The body is what
@@ -183,6 +183,7 @@ class Skill:
     checks: ModuleType | None  # the skill's checks.py, if any
     tasks: tuple[Task, ...] = field(default=())
     derive: bool = True  # derive format checks from SKILL.md's prose (metadata `derive-checks`)
+    exploits: ModuleType | None = None  # the skill's exploits.py, if any: degenerate policies (skill_rl/exploits.py)
 
     def split(self, name: str) -> list[Task]:
         return [t for t in self.tasks if t.split == name]
@@ -474,32 +475,67 @@ def _list_items(text: str, ordered: bool | None) -> list[str]:
 # ---------------------------------------------------------------- checks.py and tasks.jsonl
 
 
+def _callable_problem(path: Path, what: str, name: str, fn, params: str, args: tuple) -> str | None:
+    """Why a function that checks.py or exploits.py marked (`what`: 'check' or 'exploit') could never be called
+    as `fn(*args)`: it is no function, it is async, or its parameters do not take `params`."""
+    line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
+    if not inspect.isfunction(fn):
+        return _problem(path, line, f"{what} '{name}' is not a function; @{what} marks functions ({params})")
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return _problem(path, line, f"{what} '{name}' is async; {what}s are plain functions ({params})")
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        return _problem(path, line, f"{what} '{name}' must take ({params}), got {name}{inspect.signature(fn)}")
+    return None
+
+
 def _check_problems(path: Path, module: ModuleType) -> list[str]:
     """A check that could never be called as `check(output, task)` is a problem of the skill, found at load."""
-    out = []
+    found = (_callable_problem(path, "check", name, fn, "output, task", ("", None))
+             for name, fn in vars(module).items() if getattr(fn, "dimension", None) in DIMENSIONS)
+    return [p for p in found if p]
+
+
+def marked_exploits(module: ModuleType | None) -> list:
+    """The functions of an exploits.py marked with `@exploit` (skill_rl/exploits.py), in the order it defines them."""
+    fns = dict.fromkeys(v for v in vars(module).values() if isinstance(getattr(v, "exploit", None), str)) if module else {}
+    return sorted(fns, key=lambda f: getattr(getattr(f, "__code__", None), "co_firstlineno", 0))
+
+
+def _exploit_problems(path: Path, module: ModuleType) -> list[str]:
+    """An exploit that could never be called as `exploit(ctx, task)`, or that takes another one's name."""
+    out, seen = [], {}
     for name, fn in vars(module).items():
-        if getattr(fn, "dimension", None) not in DIMENSIONS:
+        if not isinstance(getattr(fn, "exploit", None), str) or seen.get(fn.exploit, (None, None))[1] is fn:
             continue
-        line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
-        if not inspect.isfunction(fn):
-            out.append(_problem(path, line, f"check '{name}' is not a function; @check marks functions (output, task)"))
-        elif inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-            out.append(_problem(path, line, f"check '{name}' is async; checks are plain functions (output, task)"))
-        else:
-            try:
-                inspect.signature(fn).bind("", None)
-            except TypeError:
-                out.append(_problem(path, line, f"check '{name}' must take (output, task), got {name}{inspect.signature(fn)}"))
+        if problem := _callable_problem(path, "exploit", name, fn, "ctx, task", (None, None)):
+            out.append(problem)
+        elif fn.exploit in seen:
+            out.append(_problem(path, fn.__code__.co_firstlineno, f"exploit '{name}' is named {fn.exploit!r}, "
+                                f"like exploit '{seen[fn.exploit][0]}': give each its own name"))
+        seen.setdefault(fn.exploit, (name, fn))
     return out
 
 
-def _load_checks(folder: Path, problems: list[str]) -> ModuleType | None:
-    """Import the skill's checks.py: user code, so bounded in time, its prints sent to stderr (stdout may be
-    JSONL), and whatever it raises, SystemExit included, reported as one line."""
-    path = folder / "checks.py"
+def _user_line(error: BaseException, path: Path) -> int | None:
+    """The line of `path` that was running when `error` was raised (the innermost frame in that file)."""
+    line, tb, target = None, error.__traceback__, os.path.abspath(path)
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _load_user_code(folder: Path, file: str, lint, problems: list[str]) -> ModuleType | None:
+    """Import a skill's own Python file (checks.py, exploits.py): user code, so bounded in time, its prints sent
+    to stderr (stdout may be JSONL), whatever it raises, SystemExit included, reported as one line naming the
+    line it was running, and what `lint(path, module)` finds wrong with it reported the same way."""
+    path = folder / file
     if not path.exists():
         return None
-    name = f"skill_rl_checks_{folder.name.replace('-', '_')}"
+    name = f"skill_rl_{path.stem}_{folder.name.replace('-', '_')}"
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -508,13 +544,13 @@ def _load_checks(folder: Path, problems: list[str]) -> ModuleType | None:
     with Watchdog(IMPORT_SECONDS) as dog, contextlib.redirect_stdout(sys.stderr):
         _, error = dog.call(spec.loader.exec_module, module)
     if isinstance(error, SyntaxError):
-        problems.append(_problem(path, error.lineno, f"checks.py does not parse: {error.msg}"))
+        problems.append(_problem(path, error.lineno, f"{file} does not parse: {error.msg}"))
     elif isinstance(error, Timeout):
-        problems.append(_problem(path, None, f"checks.py did not finish importing within {IMPORT_SECONDS:g} s"))
+        problems.append(_problem(path, _user_line(error, path), f"{file} did not finish importing within {IMPORT_SECONDS:g} s"))
     elif error is not None:
-        problems.append(_problem(path, None, f"checks.py failed to import: {brief(error)}"))
+        problems.append(_problem(path, _user_line(error, path), f"{file} failed to import: {brief(error)}"))
     else:
-        found = _check_problems(path, module)
+        found = lint(path, module)
         problems.extend(found)
         if not found:
             return module
@@ -631,7 +667,7 @@ def _body(md: Path, body: str, body_line: int, problems: list[str]) -> tuple[dic
 
 def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = True) -> Skill:
     """Load and validate a skill folder; raise SkillError listing every problem found.
-    `with_checks=False` (for `--list`) runs none of the skill's own code: no checks.py, no tasks."""
+    `with_checks=False` (for `--list`) runs none of the skill's own code: no checks.py, no exploits.py, no tasks."""
     folder = Path(folder)
     md = folder / "SKILL.md"
     problems: list[str] = []
@@ -645,14 +681,15 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
         problems.append(_problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
     weights, judged, derive = _settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
     sections, steps, rules = _body(md, body, body_line, problems)
-    checks = _load_checks(folder, problems) if with_checks else None
+    checks = _load_user_code(folder, "checks.py", _check_problems, problems) if with_checks else None
+    exploits = _load_user_code(folder, "exploits.py", _exploit_problems, problems) if with_checks else None
     tasks = load_tasks(folder / "tasks.jsonl", getattr(checks, "Expect", None), problems) if with_tasks and with_checks else []
     if problems:
         raise SkillError(problems)
     return Skill(
         name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
         steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
-        derive=derive,
+        derive=derive, exploits=exploits,
     )
 
 
