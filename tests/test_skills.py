@@ -205,10 +205,11 @@ def test_init_writes_a_checks_py_whose_one_check_passes_an_answer_and_fails_an_e
 
 def test_the_public_api_for_checks_is_check_and_task():
     import skill_rl
+    from skill_rl.exploits import exploit
     from skill_rl.rubric import check
     from skill_rl.skills import Task
 
-    assert (skill_rl.check, skill_rl.Task) == (check, Task)
+    assert (skill_rl.check, skill_rl.Task, skill_rl.exploit) == (check, Task, exploit)
     with pytest.raises(AttributeError):
         skill_rl.not_a_name
 
