@@ -223,6 +223,26 @@ def test_check_runs_every_exploit_on_each_task_and_names_the_broken_one(tmp_path
                                                "(skills/demo/tasks.jsonl:1): ") and word in err[0], err
 
 
+def test_check_stops_calling_an_exploit_that_never_returns_and_reports_one_that_raises_on_every_task(
+        tmp_path, capsys, monkeypatch, fast_exploits):
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    tasks = "".join(f'{{"id": "t{i}", "input": "q{i}", "reference": "a{i}"}}\n' for i in range(4))
+    skills = with_exploits(tmp_path, '@exploit("hangs")\ndef hangs(ctx, task):\n    hangs.calls += 1\n    while True:\n'
+                                     '        pass\n\n\nhangs.calls = 0\n\n\n'
+                                     '@exploit("raises")\ndef raises(ctx, task):\n    return {}[task.id]\n')
+    (skills / "demo" / "tasks.jsonl").write_text(tasks)
+    with deadline(20):
+        assert main(["--skills-dir", str(skills), "--skill", "demo", "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert sys.modules["skill_rl_exploits_demo"].hangs.calls == 1
+    assert err == ["skills/demo/exploits.py:9: exploit 'hangs' failed on task 't0' (skills/demo/tasks.jsonl:1): "
+                   "timed out after 0.1 s",
+                   "skills/demo/exploits.py:19: exploit 'raises' failed on task 't0' (skills/demo/tasks.jsonl:1): "
+                   "KeyError: 't0' (and on 3 more task(s))"], err
+
+
 def test_check_counts_the_exploits_of_exploits_py_and_a_good_one_passes(tmp_path, capsys, monkeypatch):
     from skill_rl.exploits import GENERIC
 
