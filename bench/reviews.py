@@ -18,7 +18,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from skill_rl.scoring import exploits  # noqa: E402
 from skill_rl.scoring.diffs import parse_diff  # noqa: E402
 from skill_rl.scoring.rubric import score_offline  # noqa: E402
 from skill_rl.skills import load_skill, load_tasks  # noqa: E402
@@ -61,6 +60,7 @@ def rate(skill, pairs, strictly_above=False) -> str:
 
 def main(paths: list[str]) -> None:
     skill = load_skill(ROOT / "skills" / "code-review", with_tasks=False)
+    own = skill.exploits  # skills/code-review/exploits.py
     files = [Path(p) for p in paths] or sorted((ROOT / "tests" / "data").glob("review-*.jsonl"))
     problems: list[str] = []
     tasks = [t for f in files for t in load_tasks(f, skill.checks.Expect, problems)]
@@ -76,15 +76,15 @@ def main(paths: list[str]) -> None:
         ("... below the fix's own words (subject only, no code quoted)",
          rate(skill, [(t, findings(t, subject_only), findings(t, vague)) for t in fixes])),
         ("every run of added lines flagged (blocking) scores below the reference",
-         rate(skill, [(t, t.reference, o) for t in fixes if (o := exploits.every_added_run(None, t))])),
+         rate(skill, [(t, t.reference, o) for t in fixes if (o := own.every_added_run(None, t))])),
         ("reference + two blocking findings scores strictly ABOVE the reference",
          rate(skill, [(t, t.reference, o) for t in fixes if (o := added_blocking(t))], strictly_above=True)),
         ("LGTM (its summary names the code) scores below the reference, fixes",
-         rate(skill, [(t, t.reference, exploits.lgtm(None, t)) for t in fixes])),
+         rate(skill, [(t, t.reference, own.lgtm(None, t)) for t in fixes])),
         ("request-changes scores below the reference, clean commits",
-         rate(skill, [(t, t.reference, exploits.always_request_changes(None, t)) for t in clean])),
+         rate(skill, [(t, t.reference, own.always_request_changes(None, t)) for t in clean])),
         ("without expect: LGTM scores below the reference, fixes",
-         rate(skill, [(t, t.reference, exploits.lgtm(None, t)) for t in bare])),
+         rate(skill, [(t, t.reference, own.lgtm(None, t)) for t in bare])),
     ]
     for what, value in rows:
         print(f"  {what:72} {value}")
@@ -92,7 +92,7 @@ def main(paths: list[str]) -> None:
         shrinking = sum(net(t.input) < 0 for t in group)
         print(f"  {name} whose diff removes more lines than it adds: {shrinking}/{len(group)}"
               f" ({shrinking / max(1, len(group)):.0%}): a tell a policy could learn instead of the code")
-    covers = [score_offline(skill, t, [exploits.lgtm(None, t)])[0].covers.get("correctness", 0.0) for t in bare]
+    covers = [score_offline(skill, t, [own.lgtm(None, t)])[0].covers.get("correctness", 0.0) for t in bare]
     print(f"  without expect, the checks cover at most {max(covers):.2f} of an LGTM's correctness (the rest is the judge's)")
 
 

@@ -9,10 +9,19 @@ The public API for a skill's checks.py:
         "The output is not empty."
         return bool(output.strip())
 
-Both are loaded on first use, so importing any skill_rl module stays as light as it was.
+and for a skill's exploits.py (degenerate policies its reward must not pay for; skill_rl/scoring/exploits.py):
+
+    from skill_rl import exploit, Task
+
+    @exploit("one vague message for every task")
+    def vague(ctx, task: Task) -> str | None:
+        "What the policy writes for this task; None where it does not apply."
+        return "chore: update code"
+
+All are loaded on first use, so importing any skill_rl module stays as light as it was.
 """
 
-__all__ = ["check", "Task"]
+__all__ = ["check", "exploit", "Task"]
 
 
 def __getattr__(name: str):
@@ -20,6 +29,10 @@ def __getattr__(name: str):
         from skill_rl.scoring.checks import check
 
         return check
+    if name == "exploit":
+        from skill_rl.scoring.exploits import exploit
+
+        return exploit
     if name == "Task":
         from skill_rl.skills import Task
 

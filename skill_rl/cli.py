@@ -12,6 +12,7 @@ from rich.table import Table
 from skill_rl.console import literal
 from skill_rl.scoring.derived import derive
 from skill_rl.errors import Exit
+from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
 from skill_rl.scoring.rubric import checks_cover, reference_problems
 from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir, show)
@@ -61,8 +62,9 @@ def init_skill(skills_dir: Path, name: str) -> int:
 
 
 def print_check(skill: Skill) -> int:
-    """Print what the skill holds; exit 2 if a check fails to run on a task's reference (a broken check)."""
-    broken = reference_problems(skill)
+    """Print what the skill holds; exit 2 if a check fails to run on a task's reference (a broken check), or an
+    exploit of its exploits.py on a task."""
+    broken = reference_problems(skill) + exploit_problems(skill)
     if broken:
         print("\n".join(broken), file=sys.stderr)
         return 2
@@ -76,6 +78,7 @@ def print_check(skill: Skill) -> int:
     checks = [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
     console.print(f"deterministic checks (checks.py): {', '.join(checks) or 'none'}")
     print_derived(console, skill, set(checks))
+    console.print(f"exploits (exploits.py): {len(skill_exploits(skill))}, plus {len(GENERIC)} generic")
     console.print("procedure:")
     for i, step in enumerate(skill.steps, 1):
         console.print(literal(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}"))

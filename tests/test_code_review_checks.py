@@ -214,8 +214,7 @@ def test_adding_blocking_findings_to_the_real_review_never_pays_on_real_fixes():
 
 
 def test_one_verdict_for_everything_loses_on_real_data_either_way():
-    from skill_rl.scoring import exploits
-
-    pairs = [(t, t.reference, exploits.lgtm(None, t)) for t in FIXES]
-    pairs += [(t, t.reference, exploits.always_request_changes(None, t)) for t in REAL if not t.expect.defects]
+    own = SKILL.exploits  # skills/code-review/exploits.py
+    pairs = [(t, t.reference, own.lgtm(None, t)) for t in FIXES]
+    pairs += [(t, t.reference, own.always_request_changes(None, t)) for t in REAL if not t.expect.defects]
     assert _share_below(pairs) == 1.0

@@ -176,6 +176,131 @@ def test_a_checks_py_that_never_finishes_importing_is_a_load_problem(tmp_path, m
     assert "checks.py did not finish importing within 0.2 s" in e.value.problems[0]
 
 
+# ------------------------------------------------------------------ a skill's exploits.py: the same treatment
+
+EXPLOITS_HEADER = '''from skill_rl import exploit
+
+
+@exploit("one word for every task")
+def one_word(ctx, task):
+    """The same word whatever the question."""
+    return "four"
+
+'''
+# misbehaviour -> (body of `def bad(ctx, task):` under @exploit("bad policy"), a word its error message must contain)
+BAD_EXPLOITS = {
+    "raises": ("return 1 / 0", "ZeroDivisionError"),
+    "returns a number": ("return 4", "returned 4, not a str or None"),
+    "returns a list without several=True": ('return ["4"]', "returned ['4'], not a str or None"),
+    "returns bytes": ('return b"4"', "returned b'4'"),
+    "calls sys.exit": ("import sys\n    sys.exit(0)", "SystemExit"),
+    "loops forever": ("while True:\n        pass", "timed out after 0.1 s"),
+    "sleeps": ("import time\n    time.sleep(60)", "timed out after 0.1 s"),
+}
+
+
+def with_exploits(where: Path, source: str) -> Path:
+    skills = demo(where, "return True")
+    (skills / "demo" / "exploits.py").write_text(EXPLOITS_HEADER + source)
+    return skills
+
+
+@pytest.fixture
+def fast_exploits(monkeypatch):
+    from skill_rl.scoring import exploits
+
+    monkeypatch.setattr(exploits, "EXPLOIT_SECONDS", 0.1)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_EXPLOITS))
+def test_check_runs_every_exploit_on_each_task_and_names_the_broken_one(tmp_path, capsys, monkeypatch, fast_exploits, case):
+    body, word = BAD_EXPLOITS[case]
+    monkeypatch.chdir(tmp_path)
+    skills = with_exploits(tmp_path, f'@exploit("bad policy")\ndef bad(ctx, task):\n    {body}\n')
+    with deadline(20, case):
+        code = main(["--skills-dir", str(skills), "--skill", "demo", "--check"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("skills/demo/exploits.py:9: exploit 'bad' failed on task 'a' "
+                                               "(skills/demo/tasks.jsonl:1): ") and word in err[0], err
+
+
+def test_check_stops_calling_an_exploit_that_never_returns_and_reports_one_that_raises_on_every_task(
+        tmp_path, capsys, monkeypatch, fast_exploits):
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    tasks = "".join(f'{{"id": "t{i}", "input": "q{i}", "reference": "a{i}"}}\n' for i in range(4))
+    skills = with_exploits(tmp_path, '@exploit("hangs")\ndef hangs(ctx, task):\n    hangs.calls += 1\n    while True:\n'
+                                     '        pass\n\n\nhangs.calls = 0\n\n\n'
+                                     '@exploit("raises")\ndef raises(ctx, task):\n    return {}[task.id]\n')
+    (skills / "demo" / "tasks.jsonl").write_text(tasks)
+    with deadline(20):
+        assert main(["--skills-dir", str(skills), "--skill", "demo", "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert sys.modules["skill_rl_exploits_demo"].hangs.calls == 1
+    assert err == ["skills/demo/exploits.py:9: exploit 'hangs' failed on task 't0' (skills/demo/tasks.jsonl:1): "
+                   "timed out after 0.1 s",
+                   "skills/demo/exploits.py:19: exploit 'raises' failed on task 't0' (skills/demo/tasks.jsonl:1): "
+                   "KeyError: 't0' (and on 3 more task(s))"], err
+
+
+def test_check_counts_the_exploits_of_exploits_py_and_a_good_one_passes(tmp_path, capsys, monkeypatch):
+    from skill_rl.scoring.exploits import GENERIC
+
+    monkeypatch.chdir(tmp_path)
+    skills = with_exploits(tmp_path, '@exploit("no answer", several=True)\ndef nothing(ctx, task):\n    return ["", " "]\n')
+    assert main(["--skills-dir", str(skills), "--skill", "demo", "--check"]) == 0
+    assert f"exploits (exploits.py): 2, plus {len(GENERIC)} generic" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("source,problem", [
+    ('@exploit("bad policy")\ndef bad(task):\n    return ""\n', "exploits.py:9: exploit 'bad' must take (ctx, task), got bad(task)"),
+    ('@exploit("bad policy")\nasync def bad(ctx, task):\n    return ""\n', "exploits.py:9: exploit 'bad' is async; exploits are plain"),
+    ('class Bad:\n    pass\n\nbad = exploit("bad policy")(Bad())\n', "exploit 'bad' is not a function"),
+    ('@exploit(3)\ndef bad(ctx, task):\n    return ""\n',
+     "exploits.py:9: exploits.py failed to import: ValueError: exploit name must be a sentence"),
+    ('@exploit("")\ndef bad(ctx, task):\n    return ""\n', "exploits.py:9: exploits.py failed to import: ValueError"),
+    ('@exploit("bad policy", several="yes")\ndef bad(ctx, task):\n    return ""\n',
+     "exploits.py:9: exploits.py failed to import: ValueError: exploit several must be True or False"),
+    ("@exploit(\"another task's reference\")\ndef bad(ctx, task):\n    return ''\n", "is a generic exploit's: pick another"),
+    ('@exploit("one word for every task")\ndef again(ctx, task):\n    return ""\n',
+     "exploits.py:9: exploit 'again' is named 'one word for every task', like exploit 'one_word'"),
+    ('import sys\nsys.exit(4)\n', "exploits.py:10: exploits.py failed to import: SystemExit: 4"),
+    ('print("NOISE at import")\n', None),
+])
+def test_an_exploit_that_cannot_be_called_is_a_load_problem(tmp_path, capsys, source, problem):
+    folder = with_exploits(tmp_path, source) / "demo"
+    if problem is None:
+        load_skill(folder)
+        out, err = capsys.readouterr()
+        assert "NOISE at import" in err and not out
+        return
+    with pytest.raises(SkillError) as e:
+        load_skill(folder)
+    assert len(e.value.problems) == 1 and problem in e.value.problems[0], e.value.problems
+
+
+def test_a_bad_exploits_py_exits_2_from_check_with_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    skills = with_exploits(tmp_path, '@exploit("bad policy", sevral=True)\ndef bad(ctx, task):\n    return ""\n')
+    assert main(["--skills-dir", str(skills), "--skill", "demo", "--check"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "skills/demo/exploits.py:9: exploits.py failed to import: TypeError: exploit() got an unexpected keyword "
+        "argument 'sevral'"]
+
+
+def test_an_exploits_py_that_never_finishes_importing_is_a_load_problem(tmp_path, monkeypatch):
+    monkeypatch.setattr(skills.usercode, "IMPORT_SECONDS", 0.2)
+    folder = with_exploits(tmp_path, "") / "demo"
+    (folder / "exploits.py").write_text("x = 0\nwhile True:\n    x += 1\n")
+    with deadline(10), pytest.raises(SkillError) as e:
+        load_skill(folder)
+    assert e.value.problems[0].split(": ", 1)[1] == "exploits.py did not finish importing within 0.2 s"
+    assert e.value.problems[0].split(": ", 1)[0].endswith("exploits.py:2") or \
+        e.value.problems[0].split(": ", 1)[0].endswith("exploits.py:3"), e.value.problems
+
+
 # ------------------------------------------------------------------ --eval and training keep going
 
 

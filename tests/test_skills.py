@@ -206,9 +206,10 @@ def test_init_writes_a_checks_py_whose_one_check_passes_an_answer_and_fails_an_e
 def test_the_public_api_for_checks_is_check_and_task():
     import skill_rl
     from skill_rl import check
+    from skill_rl.scoring.exploits import exploit
     from skill_rl.skills import Task
 
-    assert (skill_rl.check, skill_rl.Task) == (check, Task)
+    assert (skill_rl.check, skill_rl.Task, skill_rl.exploit) == (check, Task, exploit)
     with pytest.raises(AttributeError):
         skill_rl.not_a_name
 
@@ -223,8 +224,8 @@ def test_a_checks_py_importing_a_module_skill_rl_moved_is_told_what_to_import(tm
     assert main(["--skills-dir", str(tmp_path), "--skill", "old-skill", "--check"]) == 2
     err = capsys.readouterr().err.strip()
     line = next(i for i, t in enumerate(checks.read_text().splitlines(), 1) if "skill_rl.rubric" in t)
-    assert err.endswith(f"checks.py:{line}: checks.py imports skill_rl.rubric, which skill-rl no longer has: import what a "
-                        "checks.py needs from the package itself (from skill_rl import check, Task)"), err
+    assert err.endswith(f"checks.py:{line}: checks.py imports skill_rl.rubric, which skill-rl no longer has: import what "
+                        "it needs from the package itself (from skill_rl import check, exploit, Task)"), err
     assert "Traceback" not in err and len(err.splitlines()) == 1
 
 

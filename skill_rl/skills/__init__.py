@@ -1,4 +1,4 @@
-"""Load and lint a skill folder: SKILL.md, tasks.jsonl and the optional checks.py.
+"""Load and lint a skill folder: SKILL.md, tasks.jsonl and the optional checks.py and exploits.py.
 
 A skill is a valid Agent Skill (agentskills.io): YAML frontmatter with only the keys the spec
 allows, skill-rl settings under `metadata` as strings, then a markdown body. The body is what
@@ -11,7 +11,7 @@ line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'tra
     skill.py        Skill, Task, Section; SkillError and the one-line problem
     frontmatter.py  SKILL.md: frontmatter and body
     tasks.py        tasks.jsonl
-    usercode.py     checks.py, imported with a time limit
+    usercode.py     checks.py and exploits.py, imported with a time limit
     files.py        atomic_write: whole files, never through a planted link
 """
 
@@ -25,17 +25,17 @@ from skill_rl.skills.frontmatter import parse_body, parse_frontmatter, read_text
 from skill_rl.skills.skill import (BOM, DEFAULT_WEIGHTS, DIMENSIONS, MAX_LINE_CHARS, NAME_RE, Section, Skill, SkillError, Task,
                                    brief, display, problem, pydantic_problems, read_only, show)
 from skill_rl.skills.tasks import load_tasks, no_duplicate_keys, parse_task_line, read_jsonl
-from skill_rl.skills.usercode import load_checks
+from skill_rl.skills.usercode import lint_checks, lint_exploits, load_user_code, marked_exploits
 
 __all__ = ["BOM", "DEFAULT_WEIGHTS", "DIMENSIONS", "MAX_LINE_CHARS", "NAME_RE", "Section", "Skill", "SkillError", "Task",
-           "atomic_write", "brief", "display", "find_skill", "list_skills", "load_skill", "load_tasks", "no_duplicate_keys",
+           "atomic_write", "brief", "display", "find_skill", "list_skills", "load_skill", "load_tasks", "marked_exploits", "no_duplicate_keys",
            "parse_task_line", "problem", "pydantic_problems", "read_jsonl", "read_only", "replace_problem", "shipped_skills_dir",
            "show", "skill_dirs"]
 
 
 def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = True) -> Skill:
     """Load and validate a skill folder; raise SkillError listing every problem found.
-    `with_checks=False` (for `--list`) runs none of the skill's own code: no checks.py, no tasks."""
+    `with_checks=False` (for `--list`) runs none of the skill's own code: no checks.py, no exploits.py, no tasks."""
     folder = Path(folder)
     md = folder / "SKILL.md"
     problems: list[str] = []
@@ -49,14 +49,15 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
         problems.append(problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
     weights, judged, derive = skill_settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
     sections, steps, rules = parse_body(md, body, body_line, problems)
-    checks = load_checks(folder, problems) if with_checks else None
+    checks = load_user_code(folder, "checks.py", lint_checks, problems) if with_checks else None
+    exploits = load_user_code(folder, "exploits.py", lint_exploits, problems) if with_checks else None
     tasks = load_tasks(folder / "tasks.jsonl", getattr(checks, "Expect", None), problems) if with_tasks and with_checks else []
     if problems:
         raise SkillError(problems)
     return Skill(
         name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
         steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
-        derive=derive,
+        derive=derive, exploits=exploits,
     )
 
 

@@ -151,6 +151,7 @@ class Skill:
     checks: ModuleType | None  # the skill's checks.py, if any
     tasks: tuple[Task, ...] = field(default=())
     derive: bool = True  # derive format checks from SKILL.md's prose (metadata `derive-checks`)
+    exploits: ModuleType | None = None  # the skill's exploits.py, if any: degenerate policies (scoring/exploits.py)
 
     def split(self, name: str) -> list[Task]:
         return [t for t in self.tasks if t.split == name]
