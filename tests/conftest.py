@@ -1,8 +1,7 @@
-import contextlib
 import json
 import os
-import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,24 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from openai_server import FakeOpenAI  # noqa: E402
+
+
+def pytest_collection_finish(session):
+    """Collecting a module must not load torch (through ART): it would cost every run, the fast tier too."""
+    if "torch" in sys.modules and session.items:
+        raise pytest.UsageError("collecting the tests imported torch: import ART and torch-heavy modules inside "
+                                "the tests that use them (and mark those tests slow), not at the top of a test module")
+
+
+@pytest.fixture(autouse=True)
+def fast_tier_imports_no_torch(request):
+    """The fast tier (`pytest`) never imports torch, which alone takes seconds of a worker's time: a test that is not
+    marked slow fails if torch was first imported while it ran."""
+    before = "torch" in sys.modules
+    yield
+    if not before and "torch" in sys.modules and request.node.get_closest_marker("slow") is None:
+        pytest.fail("this test imported torch (through ART, the judge, the dry-run backend or the CPU backend): "
+                    "mark it @pytest.mark.slow", pytrace=False)
 
 
 @pytest.fixture
@@ -36,16 +53,11 @@ def small_git_commit(where: Path, train: int, val: int) -> Path:
     return where / "skills"
 
 
-@contextlib.contextmanager
-def deadline(seconds: float, what: str = "it"):
-    """Fail instead of hanging: raise TimeoutError in the main thread after `seconds` (a hang guard, not a speed target)."""
-    def expired(*_):
-        raise TimeoutError(f"{what} took over {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+def wait_for(predicate, seconds: float = 300):
+    """Poll until predicate() holds (a bound on a hang, not on speed); raise if it never does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    raise TimeoutError(f"condition never met in {seconds} s")

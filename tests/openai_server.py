@@ -79,6 +79,8 @@ class FakeOpenAI:
         self.judge_prompts: list[str] = []
         self.usage_reported: list[dict] = []  # {"judge": bool, "prompt_tokens": n, "completion_tokens": n} per answer
         self._lock = threading.Lock()
+        from litellm import token_counter  # noqa: F401  (loaded here, not inside the first answer a client is timing)
+
         self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

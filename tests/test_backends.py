@@ -9,9 +9,7 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
-import art
 import pytest
-from art import dev
 from openai import AsyncOpenAI
 
 from conftest import small_git_commit
@@ -19,9 +17,10 @@ from skill_rl import config
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import backends
 from skill_rl.errors import Exit
-from skill_rl.dryrun import DryRunBackend
 from train_skill import main, parse_args
 
+# ART (and so torch) is imported inside the tests that use it, never while collecting: see conftest.py
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 GPU_HERE = Path("/proc/driver/nvidia").exists()
 
@@ -83,6 +82,8 @@ def test_tinker_refuses_a_base_model_its_renderer_does_not_know_and_defaults_to_
 
 
 def test_serverless_refuses_a_base_model_it_does_not_train(workdir, monkeypatch, capsys):
+    import art
+
     monkeypatch.setenv("WANDB_API_KEY", "wandb-test")
     assert run(workdir, "--backend", "serverless", "--base-model", "Qwen/Qwen2.5-3B-Instruct") == 2
     err = capsys.readouterr().err
@@ -107,6 +108,8 @@ def test_docs_show_the_no_backend_message_as_it_is_printed():
 
 
 def test_gpu_flags_reach_art_in_its_own_config_fields():
+    from art import dev
+
     args = parse_args(["--skill", "s", "--backend", "local", "--base-model", "Qwen/Qwen2.5-3B-Instruct", "--run-name", "r",
                        "--context-tokens", "8192", "--gpu-memory", "0.7", "--lora-rank", "32"])
     model = backends.make_model(args, "skill-s")
@@ -128,10 +131,16 @@ def test_gpu_flags_reach_art_in_its_own_config_fields():
 
 
 def dry_model(tmp_path, run_name):
+    import art
+
     return art.TrainableModel(name="skill-x", run_name=run_name, project="p", base_model="b", base_path=str(tmp_path))
 
 
 def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, server, monkeypatch):
+    import art
+
+    from skill_rl.dryrun import DryRunBackend
+
     monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
 
     async def go():
@@ -158,6 +167,8 @@ def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, serve
 
 
 def test_the_dry_run_cannot_be_used_after_close(tmp_path):
+    from skill_rl.dryrun import DryRunBackend
+
     async def go():
         backend, model = DryRunBackend(), dry_model(tmp_path, "closed")
         await model.register(backend)
@@ -174,6 +185,8 @@ def test_the_dry_run_cannot_be_used_after_close(tmp_path):
 
 async def _trained(tmp_path, run_name, val):
     """A dry-run model at step max(val) with val/reward logged through ART, several rows per step allowed."""
+    from skill_rl.dryrun import DryRunBackend
+
     backend, model = DryRunBackend(), dry_model(tmp_path, run_name)
     await model.register(backend)
     for _ in range(max(step for step, _ in val)):
@@ -222,6 +235,8 @@ def test_the_base_models_validation_at_step_0_is_never_the_best_checkpoint(tmp_p
 
 
 def test_the_end_of_a_run_says_how_to_use_the_model_on_each_backend(tmp_path):
+    import art
+
     args = parse_args(["--skill", "s", "--base-model", "Qwen/Qwen2.5-3B-Instruct", "--lora-rank", "32"])
     where = (tmp_path / "run").resolve()
     local = backends.ending_lines("local", args, "skill-s", backends.Kept(where, 5, (3, 0.7), "skill-s@3", None))

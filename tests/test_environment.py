@@ -11,6 +11,7 @@ DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,
 JUDGE_VARS = ("JUDGE_BASE_URL", "JUDGE_API_KEY", "JUDGE_MODEL")
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_a_dotenv_in_the_working_directory_configures_the_judge(tmp_path, monkeypatch, capsys, server):
     for var in JUDGE_VARS:  # unset for the test, and put back as they were afterwards (load_dotenv sets them)
         monkeypatch.setenv(var, "")

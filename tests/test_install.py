@@ -9,6 +9,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # builds a wheel and a virtual environment
 ROOT = Path(__file__).resolve().parent.parent
 
 

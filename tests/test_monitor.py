@@ -5,16 +5,20 @@ import itertools
 import json
 import re
 
-import art
 import pytest
 
 import train_skill
 from conftest import small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl.training.monitor import Monitor, collapse
+
+
+# the monitor reads ART's groups: ART (and so torch) is imported inside the tests, never while collecting
+pytestmark = pytest.mark.slow
 
 
 def group(task_id, outputs, **metrics):
+    import art
+
     return art.TrajectoryGroup(
         art.Trajectory(messages_and_choices=[{"role": "user", "content": task_id}, {"role": "assistant", "content": o}],
                        metadata={"task_id": task_id}, metrics=dict(metrics), reward=0.0)
@@ -22,12 +26,16 @@ def group(task_id, outputs, **metrics):
 
 
 def test_collapse_counts_outputs_repeated_across_tasks_not_within_one():
+    from skill_rl.training.monitor import collapse
+
     assert collapse([group("a", ["x", "x"]), group("b", ["y", "y"])]) == 0.0
     assert collapse([group("a", ["x", "y"]), group("b", ["x", "z"])]) == 0.5
     assert collapse([group("a", ["x ", "x"]), group("b", ["x", "x"])]) == 1.0  # surrounding whitespace is no disguise
 
 
 def test_the_warning_fires_on_collapse_and_on_a_widening_judge_check_gap():
+    from skill_rl.training.monitor import Monitor
+
     monitor = Monitor()
     scored = {"by_checks/correctness": 0.5, "by_judge/correctness": 0.5, "format_gate_failed": 0.0}
     metrics, warning = monitor.step([group("a", ["fix: a", "fix: b"], **scored), group("b", ["fix: c", "fix: d"], **scored)])
@@ -42,6 +50,8 @@ def test_the_warning_fires_on_collapse_and_on_a_widening_judge_check_gap():
 
 
 def test_a_resumed_run_keeps_its_first_step_as_the_baseline(tmp_path):
+    from skill_rl.training.monitor import Monitor
+
     history = tmp_path / "history.jsonl"
     history.write_text(json.dumps({"step": 1, "train/monitor/length": 10.0, "train/monitor/gap/procedure": 0.1}) + "\n"
                        + json.dumps({"step": 2, "train/monitor/length": 30.0, "train/monitor/gap/procedure": 0.5}) + "\n")

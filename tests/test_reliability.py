@@ -7,14 +7,15 @@ import random
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
 import skills_ref
 
-from conftest import SMALL_DIFF as DIFF, small_git_commit
-from openai_server import FakeOpenAI
+from conftest import SMALL_DIFF as DIFF, small_git_commit, wait_for
+from openai_server import FakeOpenAI, candidates
+from skill_rl.skills import load_skill
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,31 +35,39 @@ JUDGE_FAULTS = {"500": False, "429": False, "429-retry-after": False, "refused":
                 "string-scores": True}
 
 
+@pytest.mark.slow  # the judge is ART's RULER: importing it imports torch
 @pytest.mark.parametrize("fault", sorted(JUDGE_FAULTS))
 def test_score_under_a_judge_fault(tmp_path, capsys, fault):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: raise the limit", "Raised it."]}) + "\n"
                            for i in range(2)))
     out = tmp_path / "out.jsonl"
+    score = ["--skill", "git-commit", "--score", str(src), "--judge-base-url", "", *FAST_JUDGE, "--out", str(out)]
     with FakeOpenAI(fault_sleep=1.5) as server:
-        server.judge_faults.append(fault)  # once: retried and scored normally
-        server.always_fail_judge = None
-        assert main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, *FAST_JUDGE,
-                     "--out", str(out)]) == 0
+        score[score.index("--judge-base-url") + 1] = server.url
+        assert main(score) == 0
+        baseline = [r["reward"] for r in lines_of(out)]
+        server.judge_faults.append(fault)  # once: retried (or read as it is) and scored as if it had never happened
+        assert main(score) == 0
         assert all(r["judged"] for r in lines_of(out))
+        if fault != "out-of-range":  # that answer is used, clamped (test_judge.py)
+            assert [r["reward"] for r in lines_of(out)] == baseline
         server.always_fail_judge = fault  # always: the groups fall back to checks only, and say so
-        start = time.perf_counter()
-        code = main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, *FAST_JUDGE,
-                     "--out", str(out)])
-        assert time.perf_counter() - start < 15  # retries are bounded in count and time
+        asked = len(server.requests)
+        code = main(score)
+        asked = len(server.requests) - asked
     err = capsys.readouterr().err
     records = lines_of(out)
     assert len(records) == 4 and all(0.0 <= r["reward"] <= 1.0 for r in records)
     if JUDGE_FAULTS[fault]:
         assert code == 0 and all(r["judged"] for r in records)
+        assert asked == 2 * 2  # 2 lines x 2 judged dimensions, each asked once
     else:
         assert code == 1 and not any(r["judged"] for r in records)
         assert "2 judge failure(s)" in err and "judge failed, scored by checks only" in err
+        # retries are bounded in count: 2 lines x 2 dimensions x --judge-attempts 2 (RULER itself asks once more
+        # when an answer scores the wrong number of candidates)
+        assert asked == 2 * 2 * 2 * (2 if fault == "wrong-count" else 1), asked
     assert "Traceback" not in err and KEY not in err
 
 
@@ -116,6 +125,7 @@ def answers():
     return lambda request: next(texts)
 
 
+@pytest.mark.slow
 def test_training_counts_rollout_errors_under_the_budget_and_stops_cleanly_over_it(tmp_path, small_skill):
     with FakeOpenAI(policy_fn=answers()) as server:
         server.policy_faults.extend(["non-json", "empty"])  # one failed rollout (not retried), one empty answer, of 8
@@ -133,21 +143,34 @@ def test_training_counts_rollout_errors_under_the_budget_and_stops_cleanly_over_
     assert KEY not in run.stdout + run.stderr + over.stdout + over.stderr
 
 
+def held_at(model: str, answer):
+    """A policy that answers with `answer` but holds every request for `model` until `.release` is set; `.reached`
+    is set when the first such request arrives: a run can be stopped at a known point, whatever the machine's load."""
+    reached, release = threading.Event(), threading.Event()
+
+    def policy(request):
+        if request.get("model") == model and not release.is_set():
+            reached.set()
+            release.wait(120)
+        return answer(request)
+
+    policy.reached, policy.release = reached, release
+    return policy
+
+
+@pytest.mark.slow
 def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tmp_path, small_skill):
-    with FakeOpenAI(policy_fn=answers(), policy_latency=0.4) as server:
+    policy = held_at("skill-git-commit@1", answers())  # step 2's rollouts use the checkpoint of step 1
+    with FakeOpenAI(policy_fn=policy) as server:
         proc = subprocess.Popen(train_cmd(small_skill, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 90
-        log = None
-        while time.time() < deadline:  # wait for step 1 to be trained, then kill during step 2
-            log = next((tmp_path / ".art").rglob("dryrun.jsonl"), None) if (tmp_path / ".art").exists() else None
-            if log and log.read_text().count("\n") == 1:
-                break
-            time.sleep(0.05)
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGKILL)
+        assert policy.reached.wait(300), "step 2 never started"
+        proc.send_signal(signal.SIGKILL)  # during step 2's rollouts
         proc.wait(timeout=30)
+        policy.release.set()
+        log = next((tmp_path / ".art").rglob("dryrun.jsonl"))
         assert [s["step"] for s in lines_of(log)] == [1]
+        # the same command resumes: the killed process's lock is no obstacle, and step 2 is done once
         again = subprocess.run(train_cmd(small_skill, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
                                capture_output=True, text=True, timeout=120)
         assert "starting at step 1 of 3" in again.stdout, again.stderr[-1500:]
@@ -163,29 +186,32 @@ def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tm
 # ------------------------------------------------------------------ --score and --eval killed half way
 
 
+@pytest.mark.slow
 def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_rest(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: raise it", f"fix: raise the limit {i}"]}) + "\n"
                            for i in range(24)))
+    lines_of_output = {f"fix: raise the limit {i}": i + 1 for i in range(24)}  # the output that names its line
     out = tmp_path / "out.jsonl"
     cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--score", str(src), "--out", str(out)]
     with FakeOpenAI(judge_latency=0.5) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         judged = [*cmd, "--judge-base-url", server.url, "--judge-api-key", KEY]
         proc = subprocess.Popen(judged, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.time() + 60
-        while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 6):
-            time.sleep(0.05)
+        wait_for(lambda: out.exists() and out.read_text().count("\n") >= 6)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         before = out.read_text().splitlines()
         assert 6 <= len(before) < 48 and all(json.loads(line) for line in before)  # valid JSONL, nothing torn
-        time.sleep(1.0)  # requests the killed process had sent are counted once the server's 0.5 s latency has passed
-        calls_before = server.judge_calls
+        # every finished line's judgements are in; later ones are the resume's (or answers to requests the killed
+        # process had in flight, which can only be for lines it did not finish)
+        seen = len(server.judge_prompts)
         run = subprocess.run([*judged, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr[-1500:]
-        done_before = len({json.loads(line)["line"] for line in before})
-        assert server.judge_calls - calls_before == 2 * (24 - done_before)  # finished lines were not judged again
+        done = {json.loads(line)["line"] for line in before}
+        judged_after = {lines_of_output[t] for p in server.judge_prompts[seen:] for t in candidates(p)
+                        if t in lines_of_output}
+        assert judged_after == set(range(1, 25)) - done  # finished lines were not judged again, the others were
     records = lines_of(out)
     assert sorted((r["line"], r["index"]) for r in records) == [(n, i) for n in range(1, 25) for i in range(2)]
 
@@ -201,6 +227,7 @@ def test_score_resume_drops_a_torn_line_and_a_half_written_group(tmp_path, capsy
     assert sorted(out.read_text().splitlines()) == sorted(full)
 
 
+@pytest.mark.slow
 def test_eval_killed_half_way_resumes_without_redoing_finished_tasks(tmp_path):
     out = tmp_path / "eval"
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit", policy_latency=0.3) as server:
@@ -209,43 +236,19 @@ def test_eval_killed_half_way_resumes_without_redoing_finished_tasks(tmp_path):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         log = out / "records.jsonl"
-        deadline = time.time() + 60
-        while time.time() < deadline and (not log.exists() or log.read_text().count("\n") < 4):
-            time.sleep(0.05)
+        wait_for(lambda: log.exists() and log.read_text().count("\n") >= 4)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         done = {r["task_id"] for r in lines_of(log)}
-        calls = len(server.requests)
+        seen = len(server.requests)  # later requests are the resume's (or ones the killed process had in flight)
         run = subprocess.run([*cmd, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr[-1500:]
-        assert len(server.requests) - calls == 24 - len(done)
+        task_of = {t.input: t.id for t in load_skill(ROOT / "skills/git-commit").tasks}
+        asked_after = {task_of[r["messages"][-1]["content"]] for r in server.requests[seen:]}
+        assert asked_after == {r["task_id"] for r in lines_of(log)} - done  # finished tasks were not asked again
     records = lines_of(log)
     assert sorted(r["task_id"] for r in records) == sorted({r["task_id"] for r in records}) and len(records) == 24
     assert json.loads((out / "results.json").read_text())["models"][0]["n"] == 24
-
-
-# ------------------------------------------------------------------ keys never leak
-
-
-def test_a_planted_key_appears_in_no_output_file_or_message(tmp_path, small_skill, monkeypatch, capsys):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.setenv("JUDGE_API_KEY", KEY)
-    with FakeOpenAI(policy_fn=answers()) as server:
-        server.judge_faults.extend(["500", "wrong-count"])
-        run = subprocess.run(train_cmd(small_skill, server, "--steps", "1", "--eval-every", "1"), cwd=tmp_path,
-                             env=train_env(server), capture_output=True, text=True, timeout=120)
-        assert run.returncode in (0, 1), run.stderr[-1500:]
-        src = tmp_path / "in.jsonl"
-        src.write_text(json.dumps({"input": DIFF.format(n=1), "output": "fix: x"}) + "\n")
-        main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, "--out", str(tmp_path / "o.jsonl")])
-        main(["--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}", "--api-key", KEY, "--limit", "1",
-              "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-attempts", "1", "--out", str(tmp_path / "eval")])
-    printed = run.stdout + run.stderr + "".join(capsys.readouterr())
-    assert "api_key" in printed or "judge" in printed  # the configuration was printed, masked
-    assert KEY not in printed
-    for path in tmp_path.rglob("*"):
-        if path.is_file():
-            assert KEY.encode() not in path.read_bytes(), path
 
 
 # ------------------------------------------------------------------ malformed files, fuzzed
@@ -312,10 +315,7 @@ def variants():
 CASES = list(variants())
 
 
-def test_there_are_at_least_200_fuzzed_variants():
-    assert len(CASES) >= 200
-
-
+@pytest.mark.timeout(60)  # a hang guard: a malformed file that makes --check loop for ever
 @pytest.mark.parametrize("case,md,tasks,must_fail", CASES, ids=[c[0] for c in CASES])
 def test_a_malformed_skill_never_crashes_or_hangs(tmp_path, capsys, monkeypatch, case, md, tasks, must_fail):
     monkeypatch.chdir(tmp_path)
@@ -323,16 +323,7 @@ def test_a_malformed_skill_never_crashes_or_hangs(tmp_path, capsys, monkeypatch,
     folder.mkdir()
     (folder / "SKILL.md").write_bytes(md)
     (folder / "tasks.jsonl").write_bytes(tasks)
-
-    def hang(*_):
-        raise TimeoutError(f"{case}: --check took over 10 s")
-
-    signal.signal(signal.SIGALRM, hang)
-    signal.alarm(10)
-    try:
-        code = main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"])
-    finally:
-        signal.alarm(0)
+    code = main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"])
     err = capsys.readouterr().err
     assert code in (0, 2)
     if code == 0:  # never accept what the Agent Skills reference validator refuses
@@ -345,30 +336,7 @@ def test_a_malformed_skill_never_crashes_or_hangs(tmp_path, capsys, monkeypatch,
         assert all(len(line) < 600 for line in lines)  # huge inputs are summarised, not echoed
 
 
-# ------------------------------------------------------------------ Ctrl-C and oversized inputs
-
-
-def test_ctrl_c_stops_after_the_current_step_and_leaves_a_resumable_run(tmp_path, small_skill):
-    with FakeOpenAI(policy_fn=answers(), policy_latency=0.4) as server:
-        proc = subprocess.Popen(train_cmd(small_skill, server, "--steps", "4"), cwd=tmp_path, env=train_env(server),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 90
-        while time.time() < deadline:  # wait for step 1 to be trained
-            log = next((tmp_path / ".art").rglob("dryrun.jsonl"), None) if (tmp_path / ".art").exists() else None
-            if log and log.read_text().count("\n") >= 1:
-                break
-            time.sleep(0.05)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)  # most likely during step 2's rollouts: step 2 completes, then it stops
-        out, err = proc.communicate(timeout=90)
-        assert "Ctrl-C: stopping after this step" in err and "Traceback" not in err
-        assert "stopped early: yes" in out and proc.returncode == 130  # 128 + SIGINT
-        trained = [s["step"] for s in lines_of(log)]
-        assert trained in ([1], [1, 2])  # whole steps only, never a step cut in half
-        again = subprocess.run(train_cmd(small_skill, server, "--steps", "4"), cwd=tmp_path, env=train_env(server),
-                               capture_output=True, text=True, timeout=120)
-    assert f"starting at step {len(trained)} of 4" in again.stdout
-    assert [s["step"] for s in lines_of(log)] == [1, 2, 3, 4]
+# ------------------------------------------------------------------ oversized inputs
 
 
 def test_a_task_too_long_for_the_context_is_skipped_up_front_and_named(tmp_path, capsys):

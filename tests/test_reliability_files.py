@@ -205,6 +205,7 @@ def test_a_duplicate_key_in_score_input_is_an_error_as_in_tasks_jsonl(tmp_path, 
     assert [json.loads(line)["line"] for line in (tmp_path / "o.jsonl").read_text().splitlines()] == [2]
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_the_judge_follows_a_307_redirect_like_the_policy_client(tmp_path, capsys):
     src = outputs(tmp_path / "in.jsonl", n=1)
     with FakeOpenAI() as server:

@@ -110,6 +110,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow  # loads torch
 def test_a_tampered_optimizer_pt_is_refused_in_one_line_and_its_pickle_never_runs(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
@@ -124,6 +125,7 @@ def test_a_tampered_optimizer_pt_is_refused_in_one_line_and_its_pickle_never_run
     assert not marker.exists()
 
 
+@pytest.mark.slow  # loads transformers (torch)
 def test_a_config_that_fails_transformers_own_checks_is_one_line(tmp_path):
     pytest.importorskip("transformers")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 7, "num_attention_heads": 2}))

@@ -13,6 +13,7 @@ from conftest import SMALL_DIFF as DIFF, small_git_commit
 from openai_server import FakeOpenAI
 from train_skill import main
 
+pytestmark = pytest.mark.slow  # every test here asks the judge (ART's RULER: torch) or starts a training
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-echoed-SECRET-5a4b3c2d1e0f"
 

@@ -1,5 +1,6 @@
 """A training stopped by a signal says so in its exit status: 128 + the signal (143 for SIGTERM, 130 for
-Ctrl-C), as a shell reports a process the signal killed, never 0."""
+Ctrl-C), as a shell reports a process the signal killed, never 0; and the same command resumes after the last
+whole step."""
 
 import os
 import signal
@@ -11,6 +12,7 @@ from conftest import small_git_commit
 from openai_server import FakeOpenAI
 from test_mining import run
 
+pytestmark = pytest.mark.slow  # the training loop loads ART (and so torch)
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_training_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, monkeypatch, sig, code):
@@ -26,9 +28,11 @@ def test_a_training_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     with FakeOpenAI(policy_fn=policy) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        got, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
-                                  "--judge", "none", "--steps", "5", "--groups-per-step", "2", "--rollouts-per-group", "2",
-                                  "--eval-every", "100")
-    assert got == code, stderr[-2000:]
-    assert "stopping after this step" in stderr and "stopped early: yes" in stdout and "step    1 | reward" in stdout
-    assert "step    2 |" not in stdout
+        command = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+                   "--judge", "none", "--steps", "5", "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100")
+        got, stdout, stderr = run(*command)
+        assert got == code, stderr[-2000:]
+        assert "stopping after this step" in stderr and "stopped early: yes" in stdout and "step    1 | reward" in stdout
+        assert "step    2 |" not in stdout
+        got, stdout, stderr = run(*command)
+    assert got == 0 and "starting at step 1 of 5" in stdout and "step    5 | reward" in stdout, stderr[-2000:]

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import deadline
 from skill_rl.skills import load_skill
 from train_skill import main
 
@@ -13,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GOOD_MD = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0]
 BODY = GOOD_MD.split("---\n", 2)[2]
 TASKS = '{"id": "a", "input": "What is 2+2?"}\n'
+pytestmark = pytest.mark.timeout(60)  # hang guards: YAML bombs, checks.py that never returns, quadratic markdown
 LAUGHS = "".join([f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9) + "]\n" for i in range(9)])
 
 
@@ -26,9 +26,8 @@ def make(where: Path, front: str, body: str = BODY, name: str = "demo", checks: 
     return folder
 
 
-def lint(tmp_path, capsys, name="demo", seconds=10):
-    with deadline(seconds, "--check"):
-        code = main(["--skills-dir", str(tmp_path), "--skill", name, "--check"])
+def lint(tmp_path, capsys, name="demo"):
+    code = main(["--skills-dir", str(tmp_path), "--skill", name, "--check"])
     out = capsys.readouterr()
     return code, out.err.strip().splitlines()
 
@@ -56,7 +55,7 @@ def test_hostile_frontmatter_gets_one_line_and_exit_2_quickly(tmp_path, capsys, 
     front, word = HOSTILE_YAML[case]
     monkeypatch.chdir(tmp_path)
     make(tmp_path, front)
-    code, err = lint(tmp_path, capsys, seconds=5)
+    code, err = lint(tmp_path, capsys)
     assert code == 2
     assert err and all(line.startswith("demo/SKILL.md:") and len(line) < 300 for line in err), err
     assert any(word in line for line in err), err
@@ -75,8 +74,7 @@ def test_one_bad_skill_never_hides_the_good_ones_from_list(tmp_path, capsys):
     make(tmp_path, "name: bomb\n" + LAUGHS + "description: *a8\n", name="bomb")
     make(tmp_path, "name: exits\ndescription: Its checks.py exits.\n", name="exits", checks="raise SystemExit(3)\n")
     make(tmp_path, "name: loops\ndescription: Its checks.py never returns.\n", name="loops", checks="while True:\n    pass\n")
-    with deadline(10, "--list"):
-        code = main(["--skills-dir", str(tmp_path), "--list"])
+    code = main(["--skills-dir", str(tmp_path), "--list"])
     out = capsys.readouterr().out
     assert code == 0
     for name in ("good", "keys", "bomb", "exits", "loops"):
@@ -89,8 +87,7 @@ def test_one_bad_skill_never_hides_the_good_ones_from_list(tmp_path, capsys):
 
 def test_100000_headings_load_in_linear_time_and_are_not_misreported(tmp_path, capsys):
     make(tmp_path, "name: demo\ndescription: d\n", BODY + "".join(f"### note {i}\n" for i in range(100_000)))
-    with deadline(20, "loading"):  # minutes before: each heading looked at every later one
-        skill = load_skill(tmp_path / "demo")
+    skill = load_skill(tmp_path / "demo")  # minutes before: each heading looked at every later one (the timeout above)
     assert skill.steps == ("Read the question.", "Answer it.") and len(skill.sections) > 100_000
 
 

@@ -4,6 +4,8 @@ never losing `[...]`, never sending terminal control codes (second reliability p
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import small_git_commit
 from openai_server import FakeOpenAI
 from train_skill import main
@@ -55,6 +57,7 @@ def test_eval_table_and_chart_show_model_labels_literally_and_escape_control_cod
     assert (tmp_path / "eval" / "chart.png").exists()  # matplotlib's mathtext and '_' labels are escaped too
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_score_summary_shows_the_judge_model_literally(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"input": "diff", "outputs": ["fix: a", "fix: b"]}) + "\n")

@@ -17,6 +17,7 @@ def every_file_text():
     return {str(f): f.read_text(errors="replace") for f in Path(".art").rglob("*") if f.is_file() and f.suffix != ".png"}
 
 
+@pytest.mark.slow  # a warm start loads ART (torch)
 def test_an_sft_file_line_quoting_our_own_key_is_dropped_counted_and_never_trained_on(capsys, skills, policy, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     leak = Path("leak.jsonl")
@@ -31,6 +32,7 @@ def test_an_sft_file_line_quoting_our_own_key_is_dropped_counted_and_never_train
     assert not [f for f, text in every_file_text().items() if KEY in text or "***" in text]
 
 
+@pytest.mark.slow  # a warm start loads ART (torch)
 def test_a_teacher_echoing_the_key_gives_no_masked_example(capsys, skills, policy, monkeypatch):
     monkeypatch.setenv("TEACHER_API_KEY", KEY)
     echo = f"fix(app): raise the limit\n\nAuthorization: Bearer {KEY}"

@@ -82,6 +82,7 @@ def policy(monkeypatch):
         yield server
 
 
+@pytest.mark.slow  # trains: loads ART (torch)
 def test_a_full_disk_for_the_reward_plot_is_a_warning_and_the_run_goes_on(tmp_path, monkeypatch, policy):
     from matplotlib.figure import Figure
 
@@ -94,6 +95,7 @@ def test_a_full_disk_for_the_reward_plot_is_a_warning_and_the_run_goes_on(tmp_pa
     assert "warning: cannot write rewards.png: No space left on device" in stderr and "step    1 | reward" in stdout
 
 
+@pytest.mark.slow  # a warm start loads ART (torch)
 def test_a_full_disk_for_warmstart_jsonl_is_one_line(tmp_path, monkeypatch, policy):
     skills = small_git_commit(tmp_path, train=4, val=1)
     path = skills / "git-commit" / "tasks.jsonl"

@@ -42,6 +42,7 @@ def test_score_offline_writes_one_record_per_output_and_reports_bad_lines(tmp_pa
     assert "offline" in err
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_score_with_a_judge_behind_base_url_fills_judged_dimensions(tmp_path, capsys, server):
     src = write_jsonl(tmp_path / "in.jsonl", [{"input": DIFF, "outputs": ["fix: raise the limit", "fix: raise it"]}])
     code = main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url,
@@ -90,6 +91,7 @@ def two_models():
         yield good, bad
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_eval_ranks_the_better_model_first_and_writes_every_file(tmp_path, capsys, two_models):
     good, bad = two_models
     out = tmp_path / "eval"
@@ -109,6 +111,7 @@ def test_eval_ranks_the_better_model_first_and_writes_every_file(tmp_path, capsy
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # the judge is ART's RULER (torch)
 def test_eval_baseline_scores_each_model_without_the_skill_in_the_same_judge_groups(tmp_path, capsys, two_models):
     good, bad = two_models
     skill_body = "## Procedure"

@@ -50,6 +50,7 @@ def policy_requests(server) -> list[dict]:
     return [r for r in server.requests if "Grading standards" not in r["messages"][0]["content"]]
 
 
+@pytest.mark.slow
 def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server):
     policy_server.requests.clear()
     reported_before = len(policy_server.usage_reported)
@@ -93,13 +94,10 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     assert again.returncode == 0, again.stderr[-2000:]
     assert "starting at step 2 of 3" in again.stdout
     assert [s["step"] for s in steps_recorded(tmp_path)] == [1, 2, 3]
-
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    assert train(fresh, skills_dir, policy_server, "--steps", "3").returncode == 0
-    assert [s["task_ids"] for s in steps_recorded(fresh)] == [s["task_ids"] for s in steps_recorded(tmp_path)]
+    # a resumed run sees the batches an uninterrupted one would: test_reliability.py, the training killed mid-step
 
 
+@pytest.mark.slow
 def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path, skills_dir, policy_server):
     policy_server.always_fail_judge = "500"
     try:
@@ -146,6 +144,7 @@ def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypa
         backends.pick_backend("auto")
 
 
+@pytest.mark.slow  # in process, but the loop loads ART (torch)
 def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_imports(tmp_path, skills_dir, policy_server,
                                                                                     monkeypatch, capsys):
     """ART 0.5.23's Trajectory.messages() builds a pydantic TypeAdapter on each call: called for every rollout (the

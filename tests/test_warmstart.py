@@ -66,6 +66,7 @@ def sft_examples(record):
     return sorted(out)
 
 
+@pytest.mark.slow
 def test_references_and_a_file_reach_sft_deduplicated_filtered_train_only_and_resume_never_repeats_it(capsys, skills, policy):
     alt = "fix(app): raise the request limit\n\nRequests over the old limit were dropped."
     extra = Path("extra.jsonl")
@@ -114,6 +115,7 @@ def teacher_answers(skill):
     return answer
 
 
+@pytest.mark.slow
 def test_teacher_outputs_are_scored_best_per_task_kept_failures_reported_and_the_file_reuses_them(capsys, skills, policy, monkeypatch):
     skill = load_skill(skills / "git-commit")
     monkeypatch.setenv("TEACHER_API_KEY", "sk-planted-teacher-key")
@@ -209,6 +211,7 @@ def test_warm_start_numbers_out_of_range_are_usage_errors(capsys, skills, flag, 
     assert stop.value.code == 2 and f"argument {flag}:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_warm_start_goes_only_before_rl_and_one_stopped_between_epochs_resumes_at_the_next(capsys, skills, policy):
     code, out, err = train(capsys, skills, policy, "--steps", "1", "--run-name", "rl-first", "--judge", "none")
     assert code == 0, err[-2000:]
