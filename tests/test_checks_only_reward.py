@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skill_rl.scoring import repeats
-from skill_rl.training.rollout import penalise_repeats
+from skill_rl.training.trajectories import penalise_repeats
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skill_rl.training.rollout import output_of
+from skill_rl.training.trajectories import output_of
 
 COLLAPSE = 0.20
 GAP = 0.25

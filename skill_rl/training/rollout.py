@@ -10,9 +10,9 @@ import art
 
 from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
-from skill_rl.scoring import repeats
 from skill_rl.scoring.reward import GroupResult, Scorer
 from skill_rl.skills import Skill, Task
+from skill_rl.training.trajectories import output_of
 
 # Set up front on every trajectory; dimensions and checks are added when scored (see Score.metrics).
 STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "truncated")
@@ -48,14 +48,6 @@ def quiet_failed_rollouts(loop) -> None:
     loop.set_exception_handler(handler)
 
 
-def output_of(traj: art.Trajectory) -> str:
-    """The last message's text, read from the Choice (or dict) the trajectory holds. Not `traj.messages()`:
-    ART 0.5.23 builds a pydantic TypeAdapter on each call, which cost more than the rest of a step."""
-    last = traj.messages_and_choices[-1]
-    message = getattr(last, "message", None)  # a Choice, as the policy answered
-    return (last.get("content") if message is None else message.content) or ""
-
-
 def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.TrajectoryGroup:
     """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics)."""
     seen: set[str] = set()
@@ -78,15 +70,3 @@ async def score_group(group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[st
     task = tasks[group.trajectories[0].metadata["task_id"]]
     result = await scorer.score(task, [output_of(t) for t in group.trajectories])
     return apply_scores(group, result)
-
-
-def penalise_repeats(groups) -> float:
-    """Text repeated verbatim across a training step's tasks is paid for nowhere (scoring/repeats.py): each
-    trajectory's reward is scaled by 1 - its repeated share (metric `repeated`). Returns the step's mean share."""
-    trajs = [t for g in groups for t in g.trajectories]
-    items = [(str(t.metadata.get("task_id")), output_of(t)) for t in trajs]
-    values = repeats.shares(items)
-    for traj, share in zip(trajs, values):
-        traj.metrics["repeated"] = share
-        traj.reward *= 1 - share
-    return sum(values) / len(values) if values else 0.0

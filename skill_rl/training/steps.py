@@ -26,7 +26,8 @@ from skill_rl.skills import Skill, Task
 from skill_rl.training import backends
 from skill_rl.training.monitor import Monitor
 from skill_rl.training.plots import PLOT_NAME, Plotter
-from skill_rl.training.rollout import penalise_repeats, quiet_failed_rollouts, rollout, score_group
+from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
+from skill_rl.training.trajectories import penalise_repeats
 
 FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")  # exit 1 if any
 
