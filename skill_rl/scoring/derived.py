@@ -77,7 +77,8 @@ NUMBERS = {w: i for i, w in enumerate("zero one two three four five six seven ei
                                       "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
 UNITS = {"character": "chars", "characters": "chars", "chars": "chars", "word": "words", "words": "words",
          "line": "lines", "lines": "lines", "item": "items", "items": "items", "entry": "items",
-         "entries": "items", "bullet": "items", "bullets": "items"}
+         "entries": "items", "bullet": "items", "bullets": "items", "sentence": "sentences", "sentences": "sentences",
+         "paragraph": "paragraphs", "paragraphs": "paragraphs"}
 NUM = r"(\d[\d,]*|" + "|".join(NUMBERS) + r")"
 MAX_WORDS = r"at most|no more than|up to|no longer than|not more than|a maximum of|maximum of|max\.?|within"
 BELOW_WORDS = r"under|fewer than|less than|shorter than|below"  # strictly below N: at most N - 1
@@ -86,6 +87,15 @@ LIMIT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"
                    r"|\b" + NUM + r"\s+(" + "|".join(UNITS) + r")\s+or\s+(fewer|less)\b"
                    r"|\b" + NUM + r"\s+or\s+(fewer|less)\s+(" + "|".join(UNITS) + r")\b")
 BELOW = re.compile(BELOW_WORDS)
+UNIT_RX = r"(" + "|".join(sorted(UNITS, key=len, reverse=True)) + r")\b"
+RANGE = re.compile(r"\b(?:(between)\s+)?" + NUM + r"(?:\s*[-\u2013\u2014]\s*|\s+(?:to|or|and)\s+)" + NUM + r"\s+" + UNIT_RX
+                   + r"|\b(exactly)\s+" + NUM + r"\s+" + UNIT_RX)
+"""A range ("one or two sentences", "3-5 items", "between 3 and 5 bullets") or an exact count ("exactly three
+bullets"): a minimum and a maximum on one target."""
+HEDGE = re.compile(r"(?:\b(?:default|defaults to|usually|typically|ideally|roughly|about|around|approximately|"
+                   r"preferably|if possible|recommended|aim for|~)|~|\()\s*$")
+"""Words right before a number that make it a suggestion, not a limit ("default 6-10 items", "about 100 words"): no
+check is derived; the sentence is listed as not derived."""
 MINIMUM = re.compile(MIN_WORDS)
 
 
@@ -268,7 +278,34 @@ def _measure(unit: str, lines: tuple[str, ...]) -> int:
         return sum(len(x.split()) for x in lines)
     if unit == "lines":
         return sum(bool(x.strip()) for x in lines)
+    if unit == "sentences":
+        return sum(_sentence_count(x) for x in _paragraphs(lines))
+    if unit == "paragraphs":
+        return len(_paragraphs(lines))
     return sum(_is_item(x) for x in lines)
+
+
+SENTENCE_END = re.compile(r"[.!?]+[\"')\]*_]*\s+(?=[\"'(\[*_`]*[A-Z0-9])")
+
+
+def _paragraphs(lines: tuple[str, ...]) -> list[str]:
+    """Runs of non-blank lines, each joined into one text; every list item is a paragraph of its own."""
+    out, run = [], []
+    for x in lines:
+        if not x.strip() or _is_item(x.strip()):
+            if run:
+                out.append(" ".join(run))
+            run = [x.strip()] if x.strip() else []
+        else:
+            run.append(x.strip())
+    if run:
+        out.append(" ".join(run))
+    return out
+
+
+def _sentence_count(text: str) -> int:
+    """Sentences of one paragraph: split after . ! ? before a capital or digit ("e.g. the" is one sentence)."""
+    return sum(any(ch.isalnum() for ch in part) for part in SENTENCE_END.split(text))
 
 
 def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
@@ -286,6 +323,10 @@ def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
         level = int(name.split(":", 1)[0])
         title = next((t for _, lvl, t in v.heads if lvl == level), None)
         return None if title is None else [(title,)]
+    if kind == "each_field":
+        key = name.lower() + ":"
+        values = [(x[len(key):].strip(),) for x in v.lines if x[: len(key)].lower() == key]
+        return values or None
     if kind in ("items_in", "lines_in"):
         lines = _section(v, name.lower())
         if lines is None:
@@ -307,10 +348,10 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
     shown = name.split(":", 1)[-1]
     label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item",
              "output": "the whole output", "items_in": f"each item of section '{name}'",
-             "lines_in": f"each line of section '{name}'",
+             "lines_in": f"each line of section '{name}'", "each_field": f"each field '{name}'",
              "heading_line": f"the first level-{name.split(':')[0]} heading's title (<{shown}>)"}.get(kind, f"{kind} '{name}'")
     slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output",
-            "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line"}.get(kind, _slug(shown))
+            "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line", "each_field": f"each_{_slug(name)}"}.get(kind, _slug(shown))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
     words = words.removesuffix("s") if n == 1 else words
     return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}",
@@ -400,6 +441,8 @@ class Template:
     needs_text: list = field(default_factory=list)  # sections (lower title; None before any heading) with a placeholder line
     enums: list = field(default_factory=list)  # (kind, name, values, line as written, SKILL.md line)
     roles: dict = field(default_factory=dict)  # a short placeholder's lower text -> the target it stands for
+    sized: list = field(default_factory=list)  # (target, placeholder text, SKILL.md line) of a placeholder that opens
+    # with a limit: `<1-3 sentences: the intent>` alone under `## Plan`, `Summary: <at most 20 words>`
 
 
 def _alternatives(inner: str) -> list[str] | None:
@@ -457,6 +500,10 @@ def read_template(source: str, first_line: int) -> Template:
             for h in holes:
                 if SHORT_PLACEHOLDER.fullmatch(f"<{h}>") and len(h.split()) <= 2:
                     t.roles.setdefault(f"{h.strip()} line", ("first_line", ""))
+        if fld and re.match(r"<\s*[\w~]", fld[2]):
+            t.sized.append((("field", fld[1]), fld[2][1:-1], where))
+        elif not head and holes and line == f"<{holes[0]}>" and section not in (None, "\0"):
+            t.sized.append((("section", shown_title), holes[0], where))
         if head:
             section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
@@ -489,6 +536,28 @@ def template_checks(t: Template) -> Iterator[Derived]:
         yield Derived(placeholders_check(t.placeholders, t.needs_text), t.line, "the template")
     for kind, name, values, shown, where in t.enums:
         yield Derived(enum_check(kind, name, values), where, shown)
+    for target, text, where in t.sized:
+        yield from _sized(target, text, where)
+
+
+def _sized(target: tuple[str, str], text: str, where: int) -> Iterator[Derived]:
+    """A placeholder that opens with a limit or a range states it about what it stands for: `<1-3 sentences: ...>`
+    alone under a heading is that section's, `Title: <at most 60 characters>` the field's."""
+    lower = text.lower().strip()
+    m = LIMIT.match(lower)
+    if m:
+        word, number, unit_word = _limit_parts(m)
+        n = _number(number)
+        below = BELOW.fullmatch(word) is not None
+        bounds = None if n is None or (below and n == 0) else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]
+    elif (m := RANGE.match(lower)) is not None:
+        unit_word, bounds = m[4] or m[7], _bounds(m, lower)
+    else:
+        return
+    unit = UNITS[unit_word]
+    if bounds and not (target[0] == "field" and unit in ("lines", "items")) and re.match(r"\s*(?:[:,;(\u2013\u2014-]|$)", lower[m.end():]):
+        for bound, n in bounds:
+            yield Derived(limit_check(target, unit, bound, n), where, f"<{text}>")
 
 
 # ------------------------------------------------------------------ reading sentences
@@ -638,6 +707,44 @@ def enum_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
         target = _code_target(s, names.names, *before[-1], True) if before else _known_name(read_sentence(s, names), at)
     if target:
         yield Derived(enum_check(target[0], target[1], values), s.line, s.text)
+    elif len(values) < 2 and (plain := _plain_values(s.text)):
+        yield from _plain_enum(s, names, *plain)
+
+
+ONE_OF = re.compile(r"\bone of\b\s*:?\s*")
+EITHER = re.compile(r"\beither\s+([^,;:()]+?)\s+or\s+([^,;:()]+?)\s*(?=[,;:()]|\.?$)")
+VALUE_SPLIT = re.compile(r"\s*,\s*(?:or\s+|and\s+)?|\s+or\s+|\s*/\s*|\s*\|\s*")
+NOT_VALUE = re.compile(r"(?:the|a|an|these|those|this|that|following|your|its|their|our|some|any|several|many|more|"
+                       r"other|each|every|all|both|" + "|".join(NUMBERS) + r")\b")
+IS_WORDS = re.compile(r"\s*(?::\s*|(?:is|are|must be|should be|has to be|will be|can be|can only be|may be|reads|says)\s+)"
+                      r"(?:always\s+|only\s+)?$")
+
+
+def _plain_values(text: str) -> tuple[int, list[str]] | None:
+    """Allowed values written in plain words: "either ship or hold", "one of: low, medium, high", "one of low, medium
+    or high". Each value 1-3 words, none opening with a determiner or a number ("one of the scripts" is no list).
+    (offset where the enumeration starts, values) or None."""
+    lower = text.lower()
+    m = EITHER.search(lower)
+    if m:
+        raw, at = [text[m.start(1) : m.end(1)], text[m.start(2) : m.end(2)]], m.start()
+    elif (m := ONE_OF.search(lower)) is not None:
+        tail = re.split(r"\s+[-\u2013\u2014]\s+|\s*\(|\s*;", text[m.end():], maxsplit=1)[0]
+        raw, at = VALUE_SPLIT.split(tail.rstrip(". ")), m.start()
+    else:
+        return None
+    values = [v.strip().strip("\"'\u201c\u201d*_").strip() for v in raw]
+    ok = len(values) >= 2 and all(v and len(v) <= 30 and len(v.split()) <= 3 and not NOT_VALUE.match(v.lower()) for v in values)
+    return (at, values) if ok and len({v.lower() for v in values}) == len(values) else None
+
+
+def _plain_enum(s: Sentence, names: Names, at: int, values: list[str]) -> Iterator[Derived]:
+    """Plain-word values resolved against the template name right before them: "The decision is either ship or
+    hold" (section `Decision`), "Severity: one of low, medium, high" (field `Severity`)."""
+    r = read_sentence(s, names)
+    before = [(end, target) for _, end, _, target, _ in r.bare if end <= at]
+    if before and before[-1][1][0] in ("section", "field") and IS_WORDS.fullmatch(r.lower[before[-1][0] : at]):
+        yield Derived(enum_check(before[-1][1][0], before[-1][1][1], values), s.line, s.text)
 
 
 def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> tuple[str, str] | None:
@@ -679,7 +786,9 @@ def _bare_before(r: Read, start: int, unit: str, floor: int = 0) -> tuple[str, s
     between = r.lower[m_start:start]
     per_line = re.search(r"\b(each|every|any|no) line\b|\ball lines\b", between)
     per_item = not per_line and re.search(r"\b(each|every|any)\b", between)
-    if target[0] != "section" or unit not in ("chars", "words"):
+    if target[0] == "field" and (each or per_item) and not per_line:
+        return ("each_field", target[1])  # "each title": every line that starts with `Title:`
+    if target[0] != "section" or unit not in ("chars", "words", "sentences"):
         return SKIP if per_line or per_item or each else target  # "each post" where `<post>` is one line: unclear
     if (each and singular) or per_item:
         return ("items_in", target[1])
@@ -706,48 +815,101 @@ COUNT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"
                    + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
 
 
+COUNT_RANGE = re.compile(r"\b(?:(between)\s+)?" + NUM + r"(?:\s*[-\u2013\u2014]\s*|\s+(?:to|or|and)\s+)" + NUM
+                         + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})|\b(exactly)\s+" + NUM + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
+
+
+def _number(word: str) -> int | None:
+    """A number written in digits (`3,000`) or as a word from zero to twenty; None past MAX_LIMIT."""
+    if word in NUMBERS:
+        return NUMBERS[word]
+    digits = word.replace(",", "")
+    return int(digits) if len(digits) <= len(str(MAX_LIMIT)) and int(digits) <= MAX_LIMIT else None
+
+
+def _bounds(m: re.Match, lower: str) -> list[tuple[str, int]] | None:
+    """(bound, n) pairs a RANGE or COUNT_RANGE match states (the same groups: 2-3 the range, 5-6 "exactly N"): "one or two" gives min 1 and max 2, "exactly 3" min 3 and max 3, "up to
+    200-300" max 300 only. None for a backward range or a number too big."""
+    if m[5]:
+        n = _number(m[6])
+        return None if n is None else [("min", n), ("max", n)]
+    low, high = _number(m[2]), _number(m[3])
+    if low is None or high is None or low >= high:
+        return None
+    if re.search(r"\b(?:" + MAX_WORDS + r")\s*$", lower[: m.start()]):
+        return [("max", high)]
+    if re.search(r"\b(?:" + MIN_WORDS + r")\s*$", lower[: m.start()]):
+        return [("min", low)]
+    return [("min", low), ("max", high)]
+
+
 def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
     """"at most N <things>" where <things> is a plural section name of the template, alone or before items,
-    entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items."""
-    for m in COUNT.finditer(s.text.lower()):
-        words = m[3].split()
+    entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items;
+    so do a range or exact count of them ("two to four risks", "exactly three options")."""
+    lower = s.text.lower()
+    found = [(m, m[3], False) for m in COUNT.finditer(lower)] + [(m, m[4] or m[7], True) for m in COUNT_RANGE.finditer(lower)]
+    for m, tail, ranged in found:
+        words = tail.split()
+        if HEDGE.search(lower[: m.start()]):
+            continue
         for k in range(len(words), 0, -1):
             head = " ".join(words[:k])
             hit = names.plain.get(head)
             rest = words[k] if k < len(words) else ""
             if hit and hit[0][0] == "section" and not hit[1] and (head.endswith("s") or rest in ("items", "entries", "bullets")) \
                     and head not in UNITS:
-                number = m[2].replace(",", "")
-                n = NUMBERS[m[2]] if m[2] in NUMBERS else int(number)
-                if len(number) > 9 or (BELOW.fullmatch(m[1]) and n == 0):
+                if ranged:
+                    bounds = _bounds(m, lower)
+                else:
+                    n = _number(m[2])
+                    below = BELOW.fullmatch(m[1]) is not None
+                    bounds = None if n is None or (below and n == 0) else \
+                        [("min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n)]
+                if not bounds:
                     break
-                below = BELOW.fullmatch(m[1]) is not None
-                yield Derived(limit_check(hit[0], "items", "min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n),
-                              s.line, s.text)
+                for bound, n in bounds:
+                    yield Derived(limit_check(hit[0], "items", bound, n), s.line, s.text)
                 if spans is not None:
                     spans.append(m.span())
                 break
 
 
 def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], spans: list | None = None) -> Iterator[Derived]:
-    r, floor = None, 0
+    r, floor, last = None, 0, None
+    lower = s.text.lower()
     yield from _count_sentence(s, names, spans)
-    for m in LIMIT.finditer(s.text.lower()):
+    taken = [sp for sp in spans or () if sp]
+    found = []  # (match, unit word, [(bound, n)] or None)
+    for m in LIMIT.finditer(lower):
         word, number, unit_word = _limit_parts(m)
-        digits = number.replace(",", "")
-        if number not in NUMBERS and (len(digits) > len(str(MAX_LIMIT)) or int(digits) > MAX_LIMIT):
+        n = _number(number)
+        if n is None:
             problems.append((s.line, f"the limit '{word} {number if len(number) <= 20 else number[:17] + '...'} {unit_word}' is above {MAX_LIMIT:,}: "
                                      "state a smaller number, or leave the length to the judge"))
             continue
+        below = BELOW.fullmatch(word) is not None
+        found.append((m, unit_word, None if below and n == 0 else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]))
+    for m in RANGE.finditer(lower):
+        if not any(a <= m.start() < b for a, b in taken):
+            found.append((m, m[4] or m[7], _bounds(m, lower)))
+    for m, unit_word, bounds in sorted(found, key=lambda x: x[0].start()):
         r = r or read_sentence(s, names)
         unit = UNITS[unit_word]
-        target = _limit_target(r, m.start(), m.end(), unit, floor)
-        floor = m.end()
-        n = NUMBERS[number] if number in NUMBERS else int(digits)
-        below = BELOW.fullmatch(word) is not None
-        if target and not (below and n == 0):
-            bound = "min" if MINIMUM.fullmatch(word) else "max"
-            yield Derived(limit_check(target, unit, bound, n - 1 if below else n), s.line, s.text)
+        target = None if HEDGE.search(lower[: m.start()]) else _limit_target(r, m.start(), m.end(), unit, floor)
+        if target is None and last and last[0] in ("section", "items_in") and unit in ("chars", "words", "sentences") \
+                and re.fullmatch(r"[\s,;]*(?:and\s+|with\s+)?each\s+(?:is\s+|of\s+them\s+)?", lower[floor : m.start()]):
+            target = ("items_in", last[1])  # "three to five bullets, each under 60 characters"
+        elif target is None and last and re.fullmatch(r"\s*(?:,\s*)?(?:and|but)\s+(?:is\s+|are\s+)?", lower[floor : m.start()]) \
+                and not (last[0] in ("field", "heading_line") and unit in ("lines", "items")):
+            target = last  # "at most 2 sentences and under 300 characters": the same subject
+        floor, last = m.end(), target or last
+        if target and target[0] in ("section", "field") and unit in ("chars", "words", "sentences") \
+                and re.match(r"\s+each\b", lower[m.end():]):
+            target = ("items_in" if target[0] == "section" else "each_field", target[1])  # "risks under 80 characters each"
+        if target and bounds:
+            for bound, n in bounds:
+                yield Derived(limit_check(target, unit, bound, n), s.line, s.text)
             if spans is not None:
                 spans.append(m.span())
         elif spans is not None:
@@ -785,7 +947,8 @@ TRIGGERS = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS
                       r"|\b(?:at most|no more than|at least|one of)\b|\beither\b.{1,80}?\bor\b"
                       r"|\b" + NUM + r"\s+(?:or|to)\s+" + NUM + r"\s+" + COUNTED + r"\b"
                       r"|\b" + NUM + r"\s+" + COUNTED + r"\s+or\s+(?:fewer|less|more)\b"
-                      r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b")
+                      r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b"
+                      r"|(?:\b(?:about|around|roughly|approximately|usually|typically|ideally|default)\s+|~\s*)" + NUM + r"\b")
 BARE_LIMIT = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly)\s+" + NUM + r"\b")
 """A sentence that reads like a limit, count or enumeration: when nothing is derived from it (or one of its limits
 has no target), `--check` lists it as not derived, so that the author sees what the reward will not check."""
