@@ -69,7 +69,8 @@ from skill_rl.skills import Section, Skill, SkillError, display
 _md = MarkdownIt("commonmark")
 PLACEHOLDER = re.compile(r"<([^<>\s][^<>]*)>")
 NAME_WORD = re.compile(r"\s*(section|field|line)\b")
-FIELD = re.compile(r"^([A-Za-z][\w ()/'-]{0,40}):[ \t]+(<[^<>]+>)[ \t]*$")
+FIELD = re.compile(r"^(?:\*\*|__)?([A-Za-z][\w ()/'-]{0,40})(?::(?:\*\*|__)?|(?:\*\*|__):)[ \t]+(<[^<>]+>)[ \t]*$")
+"""A field line `Label: <value>`, the label also in bold (`**Goal:** <...>`, `**Goal**: <...>`)."""
 SHAPE = re.compile(r"^([^\s<>`]+)<([A-Za-z][\w -]*)>$")
 ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])[ \t]")
 SPLIT = re.compile(r"(?<=[.!?;])\s+")
@@ -93,7 +94,8 @@ RANGE = re.compile(r"\b(?:(between)\s+)?" + NUM + r"(?:\s*[-\u2013\u2014]\s*|\s+
 """A range ("one or two sentences", "3-5 items", "between 3 and 5 bullets") or an exact count ("exactly three
 bullets"): a minimum and a maximum on one target."""
 HEDGE = re.compile(r"(?:\b(?:default|defaults to|usually|typically|ideally|roughly|about|around|approximately|"
-                   r"preferably|if possible|recommended|aim for|~)|~|\()\s*$")
+                   r"preferably|if possible|recommended|aim for)|~)\s*$")
+HEDGE_AFTER = re.compile(r"\s*(?:\(?\s*(?:if possible|where possible|if you can|ideally|or so|roughly|recommended)\b)")
 """Words right before a number that make it a suggestion, not a limit ("default 6-10 items", "about 100 words"): no
 check is derived; the sentence is listed as not derived."""
 MINIMUM = re.compile(MIN_WORDS)
@@ -109,6 +111,7 @@ def _limit_parts(m: re.Match) -> tuple[str, str, str]:
 NEGATION = re.compile(r"\b(no|not|never|without|nor|don't|avoid)\b")
 FENCE_WORDS = re.compile(r"\bcode (?:fences?|blocks?)\b|\bfenced\b|```")
 PREAMBLE_WORDS = re.compile(r"\bno preamble\b|\bnothing (?:before|but|else)\b|\bno (?:text|words|introduction) before\b"
+                            r"|\b(?:not|never) (?:preface|precede)\b|\b(?:output|return|print|give) only the\b"
                             r"|\b(?:not|never) (?:add|write|put) (?:any )?(?:text|anything|words) before\b")
 CHATTER = re.compile(r"(here is|here's|here are|sure\b|certainly|okay\b|ok\b|below is|as requested|i have|i've)", re.I)
 WHOLE = re.compile(r"\b(?:whole|entire) (?:output|answer|response)\b|\bthe (?:output|answer|response)\b|\bin (?:all|total)\b")
@@ -171,6 +174,9 @@ def view(output: str) -> View:
         label, colon, value = line.partition(":")
         if colon:
             fields.setdefault(label.lower(), value.strip())
+            if label[:2] in ("**", "__"):  # `**Goal:** text`, `**Goal**: text`: read under the bare label too
+                bold = label[:2]
+                fields.setdefault(label.strip().strip(bold).strip().lower(), value.strip().removeprefix(bold).strip())
     return View(lines, heads, first_head, fields)
 
 
@@ -552,6 +558,9 @@ def _sized(target: tuple[str, str], text: str, where: int) -> Iterator[Derived]:
         bounds = None if n is None or (below and n == 0) else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]
     elif (m := RANGE.match(lower)) is not None:
         unit_word, bounds = m[4] or m[7], _bounds(m, lower)
+    elif (m := re.match(NUM + r"\s+(?:short\s+|brief\s+)?" + UNIT_RX, lower)) is not None:
+        n = _number(m[1])  # `<one sentence>`, `<two paragraphs>`: at most that many
+        unit_word, bounds = m[2], None if n is None or n == 0 else [("max", n)]
     else:
         return
     unit = UNITS[unit_word]
@@ -723,25 +732,35 @@ IS_WORDS = re.compile(r"\s*(?::\s*|(?:is|are|must be|should be|has to be|will be
 def _plain_values(text: str) -> tuple[int, list[str]] | None:
     """Allowed values written in plain words: "either ship or hold", "one of: low, medium, high", "one of low, medium
     or high". Each value 1-3 words, none opening with a determiner or a number ("one of the scripts" is no list).
-    (offset where the enumeration starts, values) or None."""
-    lower = text.lower()
+    "one of four statuses: A, B, C, D" names its subject after "one of" and is read only when the count matches.
+    (offset where the enumeration starts, values, that subject or None) or None."""
+    lower, counted = text.lower(), None
     m = EITHER.search(lower)
     if m:
         raw, at = [text[m.start(1) : m.end(1)], text[m.start(2) : m.end(2)]], m.start()
     elif (m := ONE_OF.search(lower)) is not None:
         tail = re.split(r"\s+[-\u2013\u2014]\s+|\s*\(|\s*;", text[m.end():], maxsplit=1)[0]
+        counted = re.match(NUM + r"\s+([a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s*:\s*", tail.lower())  # "one of four statuses: ..."
+        if counted:
+            noun, tail = counted[2], tail[counted.end():]
         raw, at = VALUE_SPLIT.split(tail.rstrip(". ")), m.start()
     else:
         return None
     values = [v.strip().strip("\"'\u201c\u201d*_").strip() for v in raw]
     ok = len(values) >= 2 and all(v and len(v) <= 30 and len(v.split()) <= 3 and not NOT_VALUE.match(v.lower()) for v in values)
-    return (at, values) if ok and len({v.lower() for v in values}) == len(values) else None
+    if counted and _number(counted[1]) != len(values):
+        return None  # "one of four statuses" followed by three: not read
+    return (at, values, counted[2] if counted else None) if ok and len({v.lower() for v in values}) == len(values) else None
 
 
-def _plain_enum(s: Sentence, names: Names, at: int, values: list[str]) -> Iterator[Derived]:
+def _plain_enum(s: Sentence, names: Names, at: int, values: list[str], noun: str | None) -> Iterator[Derived]:
     """Plain-word values resolved against the template name right before them: "The decision is either ship or
     hold" (section `Decision`), "Severity: one of low, medium, high" (field `Severity`)."""
     r = read_sentence(s, names)
+    named = names.plain.get(noun) if noun else None  # "one of four statuses: ..." where `Status:` is a field
+    if named and named[0][0] in ("section", "field"):
+        yield Derived(enum_check(named[0][0], named[0][1], values), s.line, s.text)
+        return
     before = [(end, target) for _, end, _, target, _ in r.bare if end <= at]
     if before and before[-1][1][0] in ("section", "field") and IS_WORDS.fullmatch(r.lower[before[-1][0] : at]):
         yield Derived(enum_check(before[-1][1][0], before[-1][1][1], values), s.line, s.text)
@@ -765,7 +784,17 @@ def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> t
         return ("each_line", "")
     if unit in ("chars", "words") and 0 <= r.each_item <= start:
         return ("each_item", "")
-    return ("output", "") if r.whole else None
+    return ("output", "") if r.whole and not _other_subject(r.lower[:start]) else None
+
+
+def _other_subject(before: str) -> bool:
+    """Whether the words before a limit name a subject other than the output ("Frontmatter: at most 1024 characters
+    in total", "the description has ..."): then "in total" is that subject's total, not the output's."""
+    label = re.match(r"\s*([a-z][\w .-]{0,40}):", before)
+    if label and label[1].strip() not in ("output", "answer", "response", "the output", "the answer", "the response"):
+        return True
+    m = re.search(r"\b(?:the|its|your|their)\s+([a-z][\w-]*)\s+(?:is|are|has|have|stays?|must|should|can)\b", before)
+    return m is not None and m[1] not in ("output", "answer", "response", "whole", "entire", "reply")
 
 
 SKIP = ("", "")  # a subject named but not one a check can read: the limit derives nothing
@@ -843,6 +872,24 @@ def _bounds(m: re.Match, lower: str) -> list[tuple[str, int]] | None:
     return [("min", low), ("max", high)]
 
 
+ADJECTIVES = frozenset("numbered short brief concrete specific distinct separate open key main new other".split())
+PAREN_MAX = re.compile(r"\(\s*(?:max\.?|maximum|at most|up to|no more than)\s+" + NUM + r"\s*\)")
+
+
+def _paren_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
+    """A plural section name followed by "(max N)": "add an Open questions section (max 3)" counts its items."""
+    lower, r = s.text.lower(), None
+    for m in PAREN_MAX.finditer(lower):
+        r = r or read_sentence(s, names)
+        before = [(end, target, singular) for _, end, _, target, singular in r.bare if end <= m.start()]
+        n = _number(m[1])
+        if before and n is not None and before[-1][1][0] == "section" and not before[-1][2] \
+                and re.fullmatch(r"\s*(?:section|list)?\s*", lower[before[-1][0] : m.start()]):
+            yield Derived(limit_check(before[-1][1], "items", "max", n), s.line, s.text)
+            if spans is not None:
+                spans.append(m.span())
+
+
 def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
     """"at most N <things>" where <things> is a plural section name of the template, alone or before items,
     entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items;
@@ -851,7 +898,9 @@ def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[D
     found = [(m, m[3], False) for m in COUNT.finditer(lower)] + [(m, m[4] or m[7], True) for m in COUNT_RANGE.finditer(lower)]
     for m, tail, ranged in found:
         words = tail.split()
-        if HEDGE.search(lower[: m.start()]):
+        if words and words[0] in ADJECTIVES:  # "5-10 numbered questions"
+            words = words[1:]
+        if HEDGE.search(lower[: m.start()]) or HEDGE_AFTER.match(lower, m.end()):
             continue
         for k in range(len(words), 0, -1):
             head = " ".join(words[:k])
@@ -879,6 +928,7 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], s
     r, floor, last = None, 0, None
     lower = s.text.lower()
     yield from _count_sentence(s, names, spans)
+    yield from _paren_sentence(s, names, spans)
     taken = [sp for sp in spans or () if sp]
     found = []  # (match, unit word, [(bound, n)] or None)
     for m in LIMIT.finditer(lower):
@@ -896,7 +946,8 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], s
     for m, unit_word, bounds in sorted(found, key=lambda x: x[0].start()):
         r = r or read_sentence(s, names)
         unit = UNITS[unit_word]
-        target = None if HEDGE.search(lower[: m.start()]) else _limit_target(r, m.start(), m.end(), unit, floor)
+        hedged = HEDGE.search(lower[: m.start()]) or HEDGE_AFTER.match(lower, m.end())
+        target = None if hedged else _limit_target(r, m.start(), m.end(), unit, floor)
         if target is None and last and last[0] in ("section", "items_in") and unit in ("chars", "words", "sentences") \
                 and re.fullmatch(r"[\s,;]*(?:and\s+|with\s+)?each\s+(?:is\s+|of\s+them\s+)?", lower[floor : m.start()]):
             target = ("items_in", last[1])  # "three to five bullets, each under 60 characters"
