@@ -487,7 +487,7 @@ def read_template(source: str, first_line: int) -> Template:
     lines = source.split("\n")
     first = next((x.strip() for x in lines if x.strip()), "")
     t.first_prefix = PLACEHOLDER.split(first, 1)[0]
-    seen_placeholders, seen_sections = set(), set()
+    seen_placeholders, seen_sections, seen_head = set(), set(), False
     for n, raw in enumerate(lines):
         line, where = raw.strip(), first_line + n
         holes = PLACEHOLDER.findall(line)
@@ -498,7 +498,7 @@ def read_template(source: str, first_line: int) -> Template:
         head, fld = heading(line), FIELD.match(line)
         if not line:
             continue
-        opening = not t.heads and not t.literals and not t.fields and not t.needs_text
+        opening = not t.heads and not t.literals and not t.fields and not t.needs_text and not seen_head
         role = _role(line, head, fld, section, shown_title, first=opening)
         if role:
             t.roles.setdefault(role[0], role[1])
@@ -511,6 +511,7 @@ def read_template(source: str, first_line: int) -> Template:
         elif not head and holes and line == f"<{holes[0]}>" and section not in (None, "\0"):
             t.sized.append((("section", shown_title), holes[0], where))
         if head:
+            seen_head = True  # `# <title>` opens the template: the line after it is not the first line
             section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
                 t.heads.append((head[0], section, line, where))
@@ -564,7 +565,8 @@ def _sized(target: tuple[str, str], text: str, where: int) -> Iterator[Derived]:
     else:
         return
     unit = UNITS[unit_word]
-    if bounds and not (target[0] == "field" and unit in ("lines", "items")) and re.match(r"\s*(?:[:,;(\u2013\u2014-]|$)", lower[m.end():]):
+    if bounds and not (target[0] == "field" and unit in ("lines", "items", "paragraphs")) and \
+            re.match(r"\s*(?:[:,;(\u2013\u2014-]|$)|\s+(?:on|about|describing|explaining|saying|that|of|with|for)\b", lower[m.end():]):
         for bound, n in bounds:
             yield Derived(limit_check(target, unit, bound, n), where, f"<{text}>")
 
@@ -638,7 +640,7 @@ class Names:
         self.lengths = sorted({len(n) for n in names if len(n) <= MAX_NAME_CHARS})
         self.plain: dict[str, tuple[tuple[str, str], bool]] = {}
         for name, target in (plain if plain is not None else names).items():
-            if 3 <= len(name) <= 40 and name not in NOT_NAMES and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name):
+            if 3 <= len(name) <= 40 and (name not in NOT_NAMES or (name == "name" and target[0] == "field")) and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name):
                 for form, singular in _forms(name):
                     self.plain.setdefault(form, (target, singular))
         words = "|".join(re.escape(f) for f in sorted(self.plain, key=len, reverse=True))
@@ -777,7 +779,7 @@ def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> t
     if named is None and not (0 <= r.first_line <= start or 0 <= r.each_line <= start or 0 <= r.each_item <= start):
         named = _bare_after(r, end, unit)
     if named:
-        return None if named[0] in ("field", "heading_line") and unit in ("lines", "items") else named
+        return None if named[0] in ("field", "heading_line", "first_line") and unit in ("lines", "items", "paragraphs") else named
     if unit in ("chars", "words") and 0 <= r.first_line <= start:
         return ("first_line", "")
     if unit in ("chars", "words") and 0 <= r.each_line <= start:
@@ -878,10 +880,9 @@ PAREN_MAX = re.compile(r"\(\s*(?:max\.?|maximum|at most|up to|no more than)\s+" 
 
 def _paren_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
     """A plural section name followed by "(max N)": "add an Open questions section (max 3)" counts its items."""
-    lower, r = s.text.lower(), None
+    lower = s.text.lower()
     for m in PAREN_MAX.finditer(lower):
-        r = r or read_sentence(s, names)
-        before = [(end, target, singular) for _, end, _, target, singular in r.bare if end <= m.start()]
+        before = [(n.end(2), *names.plain[n[2]]) for n in names.rx.finditer(lower[: m.start()])] if names.rx else []
         n = _number(m[1])
         if before and n is not None and before[-1][1][0] == "section" and not before[-1][2] \
                 and re.fullmatch(r"\s*(?:section|list)?\s*", lower[before[-1][0] : m.start()]):
