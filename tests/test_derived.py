@@ -596,3 +596,24 @@ def test_sentences_are_counted_at_sentence_ends_not_at_abbreviations():
     assert _measure("sentences", ("Use e.g. the cache. Then stop!", "Done?")) == 3
     assert _measure("sentences", ("- one item", "- two. Three.")) == 3
     assert _measure("paragraphs", ("a", "b", "", "c")) == 2
+
+
+def test_each_section_limits_every_headed_section_of_the_output(tmp_path):
+    skill = make(tmp_path, NAMED, "- Size each section to what it holds, up to 200-300 words.")
+    assert [d.fn.__name__ for d in derive(skill).checks if "section" in d.fn.__name__] == ["each_section_max_words"]
+    assert results(skill, NAMED_GOOD)["each_section_max_words"] is True
+    assert results(skill, NAMED_GOOD.replace("Old tokens expire.", "word " * 300))["each_section_max_words"] is False
+
+
+def test_a_numeric_range_after_a_field_label_bounds_its_value(tmp_path):
+    skill = make(tmp_path, "```\nFPS: <frames per second>\n```\n", "- FPS: 10-30.")
+    got = lambda out: results(skill, out)["fps_in_range"]  # noqa: E731
+    assert got("FPS: 12") is True and got("FPS: 30 fps") is True
+    assert got("FPS: 60") is False and got("FPS: 12 (really 60)") is False and got("FPS: fast") is False
+    assert derive(skill).problems == ()
+
+
+def test_starting_with_the_header_is_the_preamble_check(tmp_path):
+    skill = make(tmp_path, NAMED, "- Every answer starts with this header.")
+    assert results(skill, NAMED_GOOD)["no_preamble"] is True
+    assert results(skill, "Sure, here it is:\n" + NAMED_GOOD)["no_preamble"] is False

@@ -112,6 +112,7 @@ NEGATION = re.compile(r"\b(no|not|never|without|nor|don't|avoid)\b")
 FENCE_WORDS = re.compile(r"\bcode (?:fences?|blocks?)\b|\bfenced\b|```")
 PREAMBLE_WORDS = re.compile(r"\bno preamble\b|\bnothing (?:before|but|else)\b|\bno (?:text|words|introduction) before\b"
                             r"|\b(?:not|never) (?:preface|precede)\b|\b(?:output|return|print|give) only the\b"
+                            r"|\b(?:starts?|opens?|begins?) with (?:this|the) (?:header|heading|template)\b"
                             r"|\b(?:not|never) (?:add|write|put) (?:any )?(?:text|anything|words) before\b")
 CHATTER = re.compile(r"(here is|here's|here are|sure\b|certainly|okay\b|ok\b|below is|as requested|i have|i've)", re.I)
 WHOLE = re.compile(r"\b(?:whole|entire) (?:output|answer|response)\b|\bthe (?:output|answer|response)\b|\bin (?:all|total)\b")
@@ -329,6 +330,9 @@ def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
         level = int(name.split(":", 1)[0])
         title = next((t for _, lvl, t in v.heads if lvl == level), None)
         return None if title is None else [(title,)]
+    if kind == "each_section":
+        bounds = [i for i, _, _ in v.heads] + [len(v.lines)]
+        return [v.lines[a + 1 : b] for a, b in zip(bounds, bounds[1:])] or None
     if kind == "each_field":
         key = name.lower() + ":"
         values = [(x[len(key):].strip(),) for x in v.lines if x[: len(key)].lower() == key]
@@ -352,11 +356,11 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
 
     kind, name = target
     shown = name.split(":", 1)[-1]
-    label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item",
+    label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item", "each_section": "each section",
              "output": "the whole output", "items_in": f"each item of section '{name}'",
              "lines_in": f"each line of section '{name}'", "each_field": f"each field '{name}'",
              "heading_line": f"the first level-{name.split(':')[0]} heading's title (<{shown}>)"}.get(kind, f"{kind} '{name}'")
-    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output",
+    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output", "each_section": "each_section",
             "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line", "each_field": f"each_{_slug(name)}"}.get(kind, _slug(shown))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
     words = words.removesuffix("s") if n == 1 else words
@@ -786,6 +790,8 @@ def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> t
         return ("each_line", "")
     if unit in ("chars", "words") and 0 <= r.each_item <= start:
         return ("each_item", "")
+    if unit != "items" and re.search(r"\b(?:each|every) section\b", r.lower[:start]):
+        return ("each_section", "")  # "each section is up to 300 words": every headed section of the output
     return ("output", "") if r.whole and not _other_subject(r.lower[:start]) else None
 
 
@@ -968,6 +974,30 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], s
             spans.append(None)
 
 
+VALUE_RANGE = re.compile(r"([a-z][\w ()/'-]{0,40}):\s*(?:between\s+)?(-?\d+(?:\.\d+)?)\s*(?:[-\u2013\u2014]|to|and)\s*(-?\d+(?:\.\d+)?)\s*\.?")
+NUMBER_VALUE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[a-z%]*")
+
+
+def value_range_check(label: str, low: float, high: float):
+    def run(output: str, task) -> bool | None:
+        value = _field(view(output), label)
+        if value is None:
+            return None  # a missing field: the headings and template-lines checks say so
+        m = NUMBER_VALUE.fullmatch(_bare(value).lower())
+        return m is not None and low <= float(m[1]) <= high
+
+    shown = f"{low:g} to {high:g}"
+    return _make(f"{_slug(label)}_in_range", "format", run, f"field '{label}' is a number from {shown}", target=label.lower())
+
+
+def value_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
+    """"FPS: 10-30.", "Score: between 1 and 5": a template field's value is a number in that range (a unit word
+    after it is allowed, nothing else)."""
+    m = VALUE_RANGE.fullmatch(s.text.lower().strip())
+    if m and names.names.get(m[1].strip(), ("",))[0] == "field" and float(m[2]) < float(m[3]):
+        yield Derived(value_range_check(names.names[m[1].strip()][1], float(m[2]), float(m[3])), s.line, s.text)
+
+
 def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
     lower = s.text.lower()
     fence = FENCE_WORDS.search(lower)
@@ -1024,6 +1054,7 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
         for s in sentences(section, parsed[id(section)]) if section is not None else ():
             spans: list = []  # of each limit derived; None for a limit whose subject is not resolved
             got = [*enum_sentence(s, index), *limit_sentence(s, index, problems, spans), *forbid_sentence(s, template),
+                   *value_sentence(s, index),
                    *input_sentence(s)]
             found += got
             lower = s.text.lower()
@@ -1095,8 +1126,8 @@ def unsatisfiable(checks: tuple[Derived, ...], template: Template) -> Iterator[t
         fn = d.fn
         if fn.dimension != "format" or (fn.limit and fn.limit[2] == "min"):
             continue  # correctness needs a task's input; a template's `x` is short of any minimum
-        if fn.constraint[0].endswith("_one_of") and not template.line <= d.line < end:
-            continue  # an enumeration stated in prose: the template's `x` stands where one of its values goes
+        if fn.constraint[0].endswith(("_one_of", "_in_range")) and not template.line <= d.line < end:
+            continue  # allowed values stated in prose: the template's `x` stands where one of them goes
         result = fn(example, task)
         if result is not None and result is not True and not (result is not False and result >= 1):
             yield (d.line, f"derived check '{fn.__name__}' ({fn.__doc__}) fails on the template itself, filled in: "
