@@ -29,6 +29,15 @@ From sentences:
                        line", "each/every item|entry|bullet"; a template name after the limit behind
                        in/under/of/for; or anywhere in the sentence "whole output", "the output", "in all".
                        "at most N <plural section name>" ("no more than six changes") counts its items.
+  ranges, exact counts "one or two sentences", "3-5 items", "between 3 and 5 bullets", "exactly two risks": a `_min_`
+                       and a `_max_` check on one target ("up to 200-300 words": the maximum only); units also
+                       sentences and paragraphs; a placeholder opening with a limit or count (`<2-3 sentences on
+                       ...>`) states it about its section or field; "each section", "each <field>", a trailing
+                       "each", ", each under N" after a count and "and under N" after a limit resolve as written;
+                       a hedged number ("about", "default", "if possible") derives nothing
+  <name>_one_of        also plain values: "The decision is either ship or hold", "Severity: one of low, medium,
+                       high", "Report one of four statuses: A, B, C, D" (1-3 words a value, no determiners)
+  <field>_in_range     "FPS: 10-30." after a template field: its value is a number in the range
   not derived          a sentence that reads like a limit, count or enumeration (TRIGGERS) but derives no
                        check, or holds a limit whose subject is not resolved: `--check` lists it
   no_code_fence        a negated mention of code fences or blocks ("no code fences", "do not wrap it in a
