@@ -617,3 +617,8 @@ def test_starting_with_the_header_is_the_preamble_check(tmp_path):
     skill = make(tmp_path, NAMED, "- Every answer starts with this header.")
     assert results(skill, NAMED_GOOD)["no_preamble"] is True
     assert results(skill, "Sure, here it is:\n" + NAMED_GOOD)["no_preamble"] is False
+
+
+def test_a_range_after_up_to_is_derived_and_not_also_listed_as_not_derived(tmp_path):
+    found = derive(make(tmp_path, NAMED, "- Keep the summary short, up to 20-30 words."))
+    assert [d.fn.__name__ for d in found.checks if "summary" in d.fn.__name__] == ["summary_max_words"] and found.ignored == ()

@@ -1068,7 +1068,7 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
             found += got
             lower = s.text.lower()
             if None in spans or (not got and TRIGGERS.search(lower)) or any(
-                    not any(a <= m.start() < b for a, b in spans) for m in BARE_LIMIT.finditer(lower)):
+                    not any(a <= m.end() - 1 < b for a, b in spans) for m in BARE_LIMIT.finditer(lower)):
                 ignored.append(s)
     checks = _unique(found)
     problems += contradictions(checks, path)
