@@ -595,6 +595,8 @@ def test_sentences_are_counted_at_sentence_ends_not_at_abbreviations():
 
     assert _measure("sentences", ("Use e.g. the cache. Then stop!", "Done?")) == 3
     assert _measure("sentences", ("- one item", "- two. Three.")) == 3
+    assert _measure("sentences", ("login works. old tokens expire.",)) == 2  # lower-casing does not hide a sentence
+    assert _measure("sentences", ("Ask J. Smith first, etc. and then ship.",)) == 1
     assert _measure("paragraphs", ("a", "b", "", "c")) == 2
 
 

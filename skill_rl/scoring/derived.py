@@ -301,7 +301,8 @@ def _measure(unit: str, lines: tuple[str, ...]) -> int:
     return sum(_is_item(x) for x in lines)
 
 
-SENTENCE_END = re.compile(r"[.!?]+[\"')\]*_]*\s+(?=[\"'(\[*_`]*[A-Z0-9])")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_]*\s+(?=\S)")
+ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|ms|dr|st|jr|sr|inc|ltd)|\b[a-z])\.$", re.I)
 
 
 def _paragraphs(lines: tuple[str, ...]) -> list[str]:
@@ -320,8 +321,16 @@ def _paragraphs(lines: tuple[str, ...]) -> list[str]:
 
 
 def _sentence_count(text: str) -> int:
-    """Sentences of one paragraph: split after . ! ? before a capital or digit ("e.g. the" is one sentence)."""
-    return sum(any(ch.isalnum() for ch in part) for part in SENTENCE_END.split(text))
+    """Sentences of one paragraph: split after . ! ? and a space, but not after an abbreviation ("e.g.", "etc.") or
+    an initial ("J. Smith"); a lower-case start after a full stop still begins a sentence, so that lower-casing
+    does not hide one."""
+    count, run = 0, ""
+    for part in SENTENCE_END.split(text):
+        run = f"{run} {part}" if run else part
+        if not ABBREVIATION.search(run.rstrip("\"')]*_")):
+            count += any(ch.isalnum() for ch in run)
+            run = ""
+    return count + any(ch.isalnum() for ch in run)
 
 
 def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
