@@ -624,3 +624,10 @@ def test_starting_with_the_header_is_the_preamble_check(tmp_path):
 def test_a_range_after_up_to_is_derived_and_not_also_listed_as_not_derived(tmp_path):
     found = derive(make(tmp_path, NAMED, "- Keep the summary short, up to 20-30 words."))
     assert [d.fn.__name__ for d in found.checks if "summary" in d.fn.__name__] == ["summary_max_words"] and found.ignored == ()
+
+
+def test_either_or_about_a_section_of_free_text_describes_it_and_derives_no_enumeration(tmp_path):
+    found = derive(make(tmp_path, NAMED, "- The summary is either short or detailed."))
+    assert "summary_one_of" not in {d.fn.__name__ for d in found.checks}
+    one_value = NAMED.replace("## Risks", "## Call\n<call>\n\n## Risks")
+    assert "call_one_of" in {d.fn.__name__ for d in derive(make(tmp_path, one_value, "- The call is either ship or hold.")).checks}
