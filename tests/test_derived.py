@@ -533,6 +533,8 @@ NAMED_LIMITS = [
      NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire and every user logs in again after the fix.")),
     ("section, with the", "The summary is at most 11 words.", "summary_max_words",
      NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire and every user logs in again after the fix.")),
+    ("section, with each", "Each summary is at most 11 words.", "summary_max_words",
+     NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire and every user logs in again after the fix.")),
     ("section, colon and a range", "Summary: one or two sentences.", "summary_max_sentences",
      NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire. Users log in again.")),
     ("section, between", "The summary is between 2 and 3 sentences.", "summary_min_sentences",
