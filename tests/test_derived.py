@@ -516,7 +516,7 @@ def test_each_of_a_field_checks_every_line_with_its_label(tmp_path):
 # Issue 25, acceptance: a limit about a section, a field or an item, named by its lower-case name with or without
 # "the"/"each", derives a check that fails an output breaking it and passes one keeping it; --check names its line.
 NAMED = """```
-Decision: <what to do>
+Decision: <decision>
 
 ## Summary
 <what changed>
@@ -575,7 +575,7 @@ def test_a_limit_on_a_named_section_field_or_item_catches_an_output_breaking_it(
 
 
 def test_a_placeholder_that_opens_with_a_range_limits_what_it_stands_for(tmp_path):
-    skill = make(tmp_path, NAMED.replace("<what changed>", "<1-2 sentences: what changed>").replace("<what to do>", "<at most 5 characters>"))
+    skill = make(tmp_path, NAMED.replace("<what changed>", "<1-2 sentences: what changed>").replace("<decision>", "<at most 5 characters>"))
     assert results(skill, NAMED_GOOD)["summary_max_sentences"] is True and results(skill, NAMED_GOOD)["decision_max_chars"] is True
     assert results(skill, NAMED_GOOD.replace("expire.", "expire. Users log in again."))["summary_max_sentences"] is False
     assert results(skill, NAMED_GOOD.replace("Decision: ship", "Decision: ship it"))["decision_max_chars"] is False
@@ -628,8 +628,16 @@ def test_a_range_after_up_to_is_derived_and_not_also_listed_as_not_derived(tmp_p
     assert [d.fn.__name__ for d in found.checks if "summary" in d.fn.__name__] == ["summary_max_words"] and found.ignored == ()
 
 
-def test_either_or_about_a_section_of_free_text_describes_it_and_derives_no_enumeration(tmp_path):
+def test_either_or_about_a_section_or_field_of_free_text_describes_it_and_derives_no_enumeration(tmp_path):
     found = derive(make(tmp_path, NAMED, "- The summary is either short or detailed."))
     assert "summary_one_of" not in {d.fn.__name__ for d in found.checks}
+    free_field = NAMED.replace("Decision: <decision>", "Decision: <what to do and why>")
+    assert "decision_one_of" not in {d.fn.__name__ for d in derive(make(_fresh(tmp_path), free_field, "- The decision is either ship or hold.")).checks}
     one_value = NAMED.replace("## Risks", "## Call\n<call>\n\n## Risks")
     assert "call_one_of" in {d.fn.__name__ for d in derive(make(tmp_path, one_value, "- The call is either ship or hold.")).checks}
+
+
+def _fresh(tmp_path):
+    folder = tmp_path / "another"
+    folder.mkdir()
+    return folder

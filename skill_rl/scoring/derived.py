@@ -659,7 +659,7 @@ class Names:
 
     def __init__(self, names: dict[str, tuple[str, str]], plain: dict[str, tuple[str, str]] | None = None):
         self.names = names
-        self.slots: set[tuple[str, str]] = set()  # sections whose template text is one short placeholder
+        self.slots: set[tuple[str, str]] = set()  # sections and fields whose template text names one value
         self.lengths = sorted({len(n) for n in names if len(n) <= MAX_NAME_CHARS})
         self.plain: dict[str, tuple[tuple[str, str], bool]] = {}
         for name, target in (plain if plain is not None else names).items():
@@ -780,17 +780,17 @@ def _plain_values(text: str) -> tuple[int, list[str]] | None:
 
 def _plain_enum(s: Sentence, names: Names, at: int, values: list[str], noun: str | None) -> Iterator[Derived]:
     """Plain-word values resolved against the template name right before them: "The decision is either ship or
-    hold" (section `Decision`), "Severity: one of low, medium, high" (field `Severity`). A section counts only when
-    its template text is one placeholder of one or two words naming a value (`<decision>`, not `<what changed>`)
-    or an enumeration: "The summary is either short or
+    hold" (section `Decision`), "Severity: one of low, medium, high" (field `Severity`). A section or field counts
+    only when its template text is one placeholder of one or two words naming a value (`<decision>`, not
+    `<what changed>`) or an enumeration: "The summary is either short or
     long" about `<what changed>` describes the text, it does not list its values."""
     r = read_sentence(s, names)
     named = names.plain.get(noun) if noun else None  # "one of four statuses: ..." where `Status:` is a field
-    if named and (named[0][0] == "field" or named[0] in names.slots):
+    if named and named[0] in names.slots:
         yield Derived(enum_check(named[0][0], named[0][1], values), s.line, s.text)
         return
     before = [(end, target) for _, end, _, target, _ in r.bare if end <= at]
-    if before and (before[-1][1][0] == "field" or before[-1][1] in names.slots) and IS_WORDS.fullmatch(r.lower[before[-1][0] : at]):
+    if before and before[-1][1] in names.slots and IS_WORDS.fullmatch(r.lower[before[-1][0] : at]):
         yield Derived(enum_check(before[-1][1][0], before[-1][1][1], values), s.line, s.text)
 
 
@@ -1073,9 +1073,9 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
             names.update({label.lower(): ("field", label) for label, _ in template.fields})
     index = Names(names, {**(template.roles if template else {}), **names})
     if template is not None:  # sections that hold one short value: a plain-word enumeration may be about them
-        index.slots = {v for k, v in template.roles.items() if v[0] == "section" and len(k.split()) <= 2
+        index.slots = {v for k, v in template.roles.items() if v[0] in ("section", "field") and len(k.split()) <= 2
                        and not re.match(r"(?:what|why|how|who|when|where|which|a|an|the|one|two|some|any)\b", k)} \
-            | {("section", e[1]) for e in template.enums if e[0] == "section"}
+            | {(e[0], e[1]) for e in template.enums}
     for section in (output_format, rules):
         for s in sentences(section, parsed[id(section)]) if section is not None else ():
             spans: list = []  # of each limit derived; None for a limit whose subject is not resolved
