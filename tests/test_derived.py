@@ -478,9 +478,9 @@ def test_a_plain_name_that_is_not_the_subject_of_the_limit_is_not_taken_for_it(t
 
 NOT_APPLIED = [
     "List at least two examples.",  # a count of a noun that is no unit nor a section
-    "Summary: one or two sentences.",  # sentence counts
-    "The decision is either ship or hold.",  # an enumeration without values in backticks
-    "Use exactly three bullets in the Risks section.",  # "exactly"
+    "The decision is either ship or hold.",  # an enumeration about a subject the template does not name
+    "Keep the summary to about 100 words.",  # a hedged number is a suggestion, not a limit
+    "Risks: usually 3-5 bullets.",
     "Each example is at most 80 characters.",  # a subject the template does not name
 ]
 
@@ -505,7 +505,139 @@ def test_ordinary_prose_is_not_listed_as_not_derived(tmp_path):
     assert derive(skill).ignored == ()
 
 
-def test_each_of_a_one_line_subject_is_unclear_and_listed_not_derived(tmp_path):
-    found = derive(make(tmp_path, PLAIN, "- Each title is under 9 characters."))
-    assert "title_max_chars" not in {d.fn.__name__ for d in found.checks}
-    assert [s.text for s in found.ignored] == ["Each title is under 9 characters."]
+def test_each_of_a_field_checks_every_line_with_its_label(tmp_path):
+    skill = make(tmp_path, PLAIN, "- Each title is under 9 characters.")
+    assert "each_title_max_chars" in {d.fn.__name__ for d in derive(skill).checks} and derive(skill).ignored == ()
+    assert results(skill, PLAIN_GOOD.replace("Title: Fix login on long passwords", "Title: Fix\nTitle: Fix it"))["each_title_max_chars"]
+    assert not results(skill, PLAIN_GOOD.replace("Title: Fix login on long passwords", "Title: Fix\nTitle: Fix it all now"))[
+        "each_title_max_chars"]
+
+
+# Issue 25, acceptance: a limit about a section, a field or an item, named by its lower-case name with or without
+# "the"/"each", derives a check that fails an output breaking it and passes one keeping it; --check names its line.
+NAMED = """```
+Decision: <decision>
+
+## Summary
+<what changed>
+
+## Risks
+- <a risk>
+```
+"""
+NAMED_GOOD = "Decision: ship\n\n## Summary\nLogin works again. Old tokens expire.\n\n## Risks\n- Sessions expire\n- Tokens rotate"
+LONG_RISK = NAMED_GOOD.replace("- Tokens rotate", "- Tokens rotate on every request made after noon")
+# (case, sentence, check, output breaking it)
+NAMED_LIMITS = [
+    ("section, lower-case name", "Keep summary under 12 words.", "summary_max_words",
+     NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire and every user logs in again after the fix.")),
+    ("section, with the", "The summary is at most 11 words.", "summary_max_words",
+     NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire and every user logs in again after the fix.")),
+    ("section, with each", "Each summary is at most 11 words.", "summary_max_words",
+     NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire and every user logs in again after the fix.")),
+    ("section, colon and a range", "Summary: one or two sentences.", "summary_max_sentences",
+     NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire. Users log in again.")),
+    ("section, between", "The summary is between 2 and 3 sentences.", "summary_min_sentences",
+     NAMED_GOOD.replace("Login works again. Old tokens expire.", "Login works again.")),
+    ("section, exactly", "Write exactly two risks.", "risks_max_items", NAMED_GOOD + "\n- Cache warms"),
+    ("section, a range of its items", "List 2-3 risks.", "risks_min_items", NAMED_GOOD.replace("\n- Tokens rotate", "")),
+    ("field, lower-case name", "Keep decision under 6 characters.", "decision_max_chars",
+     NAMED_GOOD.replace("Decision: ship", "Decision: ship it")),
+    ("field, with the", "The decision is at most 5 characters.", "decision_max_chars",
+     NAMED_GOOD.replace("Decision: ship", "Decision: ship it")),
+    ("field, with each", "Each decision is at most 5 characters.", "each_decision_max_chars",
+     NAMED_GOOD.replace("Decision: ship", "Decision: ship\nDecision: hold it")),
+    ("field, either/or", "The decision is either ship or hold.", "decision_one_of",
+     NAMED_GOOD.replace("Decision: ship", "Decision: maybe")),
+    ("field, one of: in plain words", "Decision: one of ship, hold or drop.", "decision_one_of",
+     NAMED_GOOD.replace("Decision: ship", "Decision: ship and hold")),
+    ("item, lower-case name", "risks are at most 4 words each.", "risks_each_item_max_words", LONG_RISK),
+    ("item, with the", "The risks are at most 4 words each.", "risks_each_item_max_words", LONG_RISK),
+    ("item, with each", "Each risk is at most 4 words.", "risks_each_item_max_words", LONG_RISK),
+    ("item, after a count", "Risks: two to four bullets, each under 30 characters.", "risks_each_item_max_chars", LONG_RISK),
+    ("two limits on one subject", "The summary is at most 2 sentences and under 45 characters.", "summary_max_chars",
+     NAMED_GOOD.replace("Old tokens expire.", "Old tokens expire tonight.")),
+]
+
+
+@pytest.mark.parametrize("case,sentence,name,bad", NAMED_LIMITS, ids=[r[0] for r in NAMED_LIMITS])
+def test_a_limit_on_a_named_section_field_or_item_catches_an_output_breaking_it(tmp_path, capsys, monkeypatch, case, sentence,
+                                                                                 name, bad):
+    monkeypatch.chdir(tmp_path)
+    skill = make(tmp_path, NAMED, f"- {sentence}")
+    assert derive(skill).problems == () and derive(skill).ignored == ()
+    assert results(skill, NAMED_GOOD).get(name) is True, f"{name} not derived or fails the good output: {results(skill, NAMED_GOOD)}"
+    assert results(skill, bad)[name] is False
+    assert main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"]) == 0
+    line = (tmp_path / "demo" / "SKILL.md").read_text().split("\n").index(f"- {sentence}") + 1
+    out = capsys.readouterr().out
+    assert f"  {name} (format): " in out and f"demo/SKILL.md:{line}: {sentence}" in out
+
+
+def test_a_placeholder_that_opens_with_a_range_limits_what_it_stands_for(tmp_path):
+    skill = make(tmp_path, NAMED.replace("<what changed>", "<1-2 sentences: what changed>").replace("<decision>", "<at most 5 characters>"))
+    assert results(skill, NAMED_GOOD)["summary_max_sentences"] is True and results(skill, NAMED_GOOD)["decision_max_chars"] is True
+    assert results(skill, NAMED_GOOD.replace("expire.", "expire. Users log in again."))["summary_max_sentences"] is False
+    assert results(skill, NAMED_GOOD.replace("Decision: ship", "Decision: ship it"))["decision_max_chars"] is False
+
+
+@pytest.mark.parametrize("sentence", [
+    "The decision is either ship or hold depending on the risk.",  # a value of many words: prose, not a list
+    "Decision: one of the options the team agreed on.",
+    "Use one of two risks as the example.",
+    "Usually 2-3 risks.",
+])
+def test_prose_that_only_looks_like_an_enumeration_or_range_derives_nothing(tmp_path, sentence):
+    names = {d.fn.__name__ for d in derive(make(tmp_path, NAMED, f"- {sentence}")).checks}
+    assert not names & {"decision_one_of", "risks_min_items", "risks_max_items"}, names
+
+
+def test_sentences_are_counted_at_sentence_ends_not_at_abbreviations():
+    from skill_rl.scoring.derived import _measure
+
+    assert _measure("sentences", ("Use e.g. the cache. Then stop!", "Done?")) == 3
+    assert _measure("sentences", ("- one item", "- two. Three.")) == 3
+    assert _measure("sentences", ("login works. old tokens expire.",)) == 2  # lower-casing does not hide a sentence
+    assert _measure("sentences", ("Ask J. Smith first, etc. and then ship.",)) == 1
+    assert _measure("paragraphs", ("a", "b", "", "c")) == 2
+
+
+def test_each_section_limits_every_headed_section_of_the_output(tmp_path):
+    skill = make(tmp_path, NAMED, "- Size each section to what it holds, up to 200-300 words.")
+    assert [d.fn.__name__ for d in derive(skill).checks if "section" in d.fn.__name__] == ["each_section_max_words"]
+    assert results(skill, NAMED_GOOD)["each_section_max_words"] is True
+    assert results(skill, NAMED_GOOD.replace("Old tokens expire.", "word " * 300))["each_section_max_words"] is False
+
+
+def test_a_numeric_range_after_a_field_label_bounds_its_value(tmp_path):
+    skill = make(tmp_path, "```\nFPS: <frames per second>\n```\n", "- FPS: 10-30.")
+    got = lambda out: results(skill, out)["fps_in_range"]  # noqa: E731
+    assert got("FPS: 12") is True and got("FPS: 30 fps") is True
+    assert got("FPS: 60") is False and got("FPS: 12 (really 60)") is False and got("FPS: fast") is False
+    assert derive(skill).problems == ()
+
+
+def test_starting_with_the_header_is_the_preamble_check(tmp_path):
+    skill = make(tmp_path, NAMED, "- Every answer starts with this header.")
+    assert results(skill, NAMED_GOOD)["no_preamble"] is True
+    assert results(skill, "Sure, here it is:\n" + NAMED_GOOD)["no_preamble"] is False
+
+
+def test_a_range_after_up_to_is_derived_and_not_also_listed_as_not_derived(tmp_path):
+    found = derive(make(tmp_path, NAMED, "- Keep the summary short, up to 20-30 words."))
+    assert [d.fn.__name__ for d in found.checks if "summary" in d.fn.__name__] == ["summary_max_words"] and found.ignored == ()
+
+
+def test_either_or_about_a_section_or_field_of_free_text_describes_it_and_derives_no_enumeration(tmp_path):
+    found = derive(make(tmp_path, NAMED, "- The summary is either short or detailed."))
+    assert "summary_one_of" not in {d.fn.__name__ for d in found.checks}
+    free_field = NAMED.replace("Decision: <decision>", "Decision: <what to do and why>")
+    assert "decision_one_of" not in {d.fn.__name__ for d in derive(make(_fresh(tmp_path), free_field, "- The decision is either ship or hold.")).checks}
+    one_value = NAMED.replace("## Risks", "## Call\n<call>\n\n## Risks")
+    assert "call_one_of" in {d.fn.__name__ for d in derive(make(tmp_path, one_value, "- The call is either ship or hold.")).checks}
+
+
+def _fresh(tmp_path):
+    folder = tmp_path / "another"
+    folder.mkdir()
+    return folder

@@ -29,6 +29,15 @@ From sentences:
                        line", "each/every item|entry|bullet"; a template name after the limit behind
                        in/under/of/for; or anywhere in the sentence "whole output", "the output", "in all".
                        "at most N <plural section name>" ("no more than six changes") counts its items.
+  ranges, exact counts "one or two sentences", "3-5 items", "between 3 and 5 bullets", "exactly two risks": a `_min_`
+                       and a `_max_` check on one target ("up to 200-300 words": the maximum only); units also
+                       sentences and paragraphs; a placeholder opening with a limit or count (`<2-3 sentences on
+                       ...>`) states it about its section or field; "each section", "each <field>", a trailing
+                       "each", ", each under N" after a count and "and under N" after a limit resolve as written;
+                       a hedged number ("about", "default", "if possible") derives nothing
+  <name>_one_of        also plain values: "The decision is either ship or hold", "Severity: one of low, medium,
+                       high", "Report one of four statuses: A, B, C, D" (1-3 words a value, no determiners)
+  <field>_in_range     "FPS: 10-30." after a template field: its value is a number in the range
   not derived          a sentence that reads like a limit, count or enumeration (TRIGGERS) but derives no
                        check, or holds a limit whose subject is not resolved: `--check` lists it
   no_code_fence        a negated mention of code fences or blocks ("no code fences", "do not wrap it in a
@@ -69,7 +78,8 @@ from skill_rl.skills import Section, Skill, SkillError, display
 _md = MarkdownIt("commonmark")
 PLACEHOLDER = re.compile(r"<([^<>\s][^<>]*)>")
 NAME_WORD = re.compile(r"\s*(section|field|line)\b")
-FIELD = re.compile(r"^([A-Za-z][\w ()/'-]{0,40}):[ \t]+(<[^<>]+>)[ \t]*$")
+FIELD = re.compile(r"^(?:\*\*|__)?([A-Za-z][\w ()/'-]{0,40})(?::(?:\*\*|__)?|(?:\*\*|__):)[ \t]+(<[^<>]+>)[ \t]*$")
+"""A field line `Label: <value>`, the label also in bold (`**Goal:** <...>`, `**Goal**: <...>`)."""
 SHAPE = re.compile(r"^([^\s<>`]+)<([A-Za-z][\w -]*)>$")
 ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])[ \t]")
 SPLIT = re.compile(r"(?<=[.!?;])\s+")
@@ -77,7 +87,8 @@ NUMBERS = {w: i for i, w in enumerate("zero one two three four five six seven ei
                                       "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
 UNITS = {"character": "chars", "characters": "chars", "chars": "chars", "word": "words", "words": "words",
          "line": "lines", "lines": "lines", "item": "items", "items": "items", "entry": "items",
-         "entries": "items", "bullet": "items", "bullets": "items"}
+         "entries": "items", "bullet": "items", "bullets": "items", "sentence": "sentences", "sentences": "sentences",
+         "paragraph": "paragraphs", "paragraphs": "paragraphs"}
 NUM = r"(\d[\d,]*|" + "|".join(NUMBERS) + r")"
 MAX_WORDS = r"at most|no more than|up to|no longer than|not more than|a maximum of|maximum of|max\.?|within"
 BELOW_WORDS = r"under|fewer than|less than|shorter than|below"  # strictly below N: at most N - 1
@@ -86,6 +97,16 @@ LIMIT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"
                    r"|\b" + NUM + r"\s+(" + "|".join(UNITS) + r")\s+or\s+(fewer|less)\b"
                    r"|\b" + NUM + r"\s+or\s+(fewer|less)\s+(" + "|".join(UNITS) + r")\b")
 BELOW = re.compile(BELOW_WORDS)
+UNIT_RX = r"(" + "|".join(sorted(UNITS, key=len, reverse=True)) + r")\b"
+RANGE = re.compile(r"\b(?:(between)\s+)?" + NUM + r"(?:\s*[-\u2013\u2014]\s*|\s+(?:to|or|and)\s+)" + NUM + r"\s+" + UNIT_RX
+                   + r"|\b(exactly)\s+" + NUM + r"\s+" + UNIT_RX)
+"""A range ("one or two sentences", "3-5 items", "between 3 and 5 bullets") or an exact count ("exactly three
+bullets"): a minimum and a maximum on one target."""
+HEDGE = re.compile(r"(?:\b(?:default|defaults to|usually|typically|ideally|roughly|about|around|approximately|"
+                   r"preferably|if possible|recommended|aim for)|~)\s*$")
+HEDGE_AFTER = re.compile(r"\s*(?:\(?\s*(?:if possible|where possible|if you can|ideally|or so|roughly|recommended)\b)")
+"""Words right before a number that make it a suggestion, not a limit ("default 6-10 items", "about 100 words"): no
+check is derived; the sentence is listed as not derived."""
 MINIMUM = re.compile(MIN_WORDS)
 
 
@@ -99,6 +120,8 @@ def _limit_parts(m: re.Match) -> tuple[str, str, str]:
 NEGATION = re.compile(r"\b(no|not|never|without|nor|don't|avoid)\b")
 FENCE_WORDS = re.compile(r"\bcode (?:fences?|blocks?)\b|\bfenced\b|```")
 PREAMBLE_WORDS = re.compile(r"\bno preamble\b|\bnothing (?:before|but|else)\b|\bno (?:text|words|introduction) before\b"
+                            r"|\b(?:not|never) (?:preface|precede)\b|\b(?:output|return|print|give) only the\b"
+                            r"|\b(?:starts?|opens?|begins?) with (?:this|the) (?:header|heading|template)\b"
                             r"|\b(?:not|never) (?:add|write|put) (?:any )?(?:text|anything|words) before\b")
 CHATTER = re.compile(r"(here is|here's|here are|sure\b|certainly|okay\b|ok\b|below is|as requested|i have|i've)", re.I)
 WHOLE = re.compile(r"\b(?:whole|entire) (?:output|answer|response)\b|\bthe (?:output|answer|response)\b|\bin (?:all|total)\b")
@@ -161,6 +184,9 @@ def view(output: str) -> View:
         label, colon, value = line.partition(":")
         if colon:
             fields.setdefault(label.lower(), value.strip())
+            if label[:2] in ("**", "__"):  # `**Goal:** text`, `**Goal**: text`: read under the bare label too
+                bold = label[:2]
+                fields.setdefault(label.strip().strip(bold).strip().lower(), value.strip().removeprefix(bold).strip())
     return View(lines, heads, first_head, fields)
 
 
@@ -268,7 +294,43 @@ def _measure(unit: str, lines: tuple[str, ...]) -> int:
         return sum(len(x.split()) for x in lines)
     if unit == "lines":
         return sum(bool(x.strip()) for x in lines)
+    if unit == "sentences":
+        return sum(_sentence_count(x) for x in _paragraphs(lines))
+    if unit == "paragraphs":
+        return len(_paragraphs(lines))
     return sum(_is_item(x) for x in lines)
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_]*\s+(?=\S)")
+ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|ms|dr|st|jr|sr|inc|ltd)|\b[a-z])\.$", re.I)
+
+
+def _paragraphs(lines: tuple[str, ...]) -> list[str]:
+    """Runs of non-blank lines, each joined into one text; every list item is a paragraph of its own."""
+    out, run = [], []
+    for x in lines:
+        if not x.strip() or _is_item(x.strip()):
+            if run:
+                out.append(" ".join(run))
+            run = [x.strip()] if x.strip() else []
+        else:
+            run.append(x.strip())
+    if run:
+        out.append(" ".join(run))
+    return out
+
+
+def _sentence_count(text: str) -> int:
+    """Sentences of one paragraph: split after . ! ? and a space, but not after an abbreviation ("e.g.", "etc.") or
+    an initial ("J. Smith"); a lower-case start after a full stop still begins a sentence, so that lower-casing
+    does not hide one."""
+    count, run = 0, ""
+    for part in SENTENCE_END.split(text):
+        run = f"{run} {part}" if run else part
+        if not ABBREVIATION.search(run.rstrip("\"')]*_")):
+            count += any(ch.isalnum() for ch in run)
+            run = ""
+    return count + any(ch.isalnum() for ch in run)
 
 
 def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
@@ -286,6 +348,13 @@ def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
         level = int(name.split(":", 1)[0])
         title = next((t for _, lvl, t in v.heads if lvl == level), None)
         return None if title is None else [(title,)]
+    if kind == "each_section":
+        bounds = [i for i, _, _ in v.heads] + [len(v.lines)]
+        return [v.lines[a + 1 : b] for a, b in zip(bounds, bounds[1:])] or None
+    if kind == "each_field":
+        key = name.lower() + ":"
+        values = [(x[len(key):].strip(),) for x in v.lines if x[: len(key)].lower() == key]
+        return values or None
     if kind in ("items_in", "lines_in"):
         lines = _section(v, name.lower())
         if lines is None:
@@ -305,12 +374,12 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
 
     kind, name = target
     shown = name.split(":", 1)[-1]
-    label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item",
+    label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item", "each_section": "each section",
              "output": "the whole output", "items_in": f"each item of section '{name}'",
-             "lines_in": f"each line of section '{name}'",
+             "lines_in": f"each line of section '{name}'", "each_field": f"each field '{name}'",
              "heading_line": f"the first level-{name.split(':')[0]} heading's title (<{shown}>)"}.get(kind, f"{kind} '{name}'")
-    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output",
-            "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line"}.get(kind, _slug(shown))
+    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output", "each_section": "each_section",
+            "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line", "each_field": f"each_{_slug(name)}"}.get(kind, _slug(shown))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
     words = words.removesuffix("s") if n == 1 else words
     return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}",
@@ -400,6 +469,8 @@ class Template:
     needs_text: list = field(default_factory=list)  # sections (lower title; None before any heading) with a placeholder line
     enums: list = field(default_factory=list)  # (kind, name, values, line as written, SKILL.md line)
     roles: dict = field(default_factory=dict)  # a short placeholder's lower text -> the target it stands for
+    sized: list = field(default_factory=list)  # (target, placeholder text, SKILL.md line) of a placeholder that opens
+    # with a limit: `<1-3 sentences: the intent>` alone under `## Plan`, `Summary: <at most 20 words>`
 
 
 def _alternatives(inner: str) -> list[str] | None:
@@ -438,7 +509,7 @@ def read_template(source: str, first_line: int) -> Template:
     lines = source.split("\n")
     first = next((x.strip() for x in lines if x.strip()), "")
     t.first_prefix = PLACEHOLDER.split(first, 1)[0]
-    seen_placeholders, seen_sections = set(), set()
+    seen_placeholders, seen_sections, seen_head = set(), set(), False
     for n, raw in enumerate(lines):
         line, where = raw.strip(), first_line + n
         holes = PLACEHOLDER.findall(line)
@@ -449,7 +520,7 @@ def read_template(source: str, first_line: int) -> Template:
         head, fld = heading(line), FIELD.match(line)
         if not line:
             continue
-        opening = not t.heads and not t.literals and not t.fields and not t.needs_text
+        opening = not t.heads and not t.literals and not t.fields and not t.needs_text and not seen_head
         role = _role(line, head, fld, section, shown_title, first=opening)
         if role:
             t.roles.setdefault(role[0], role[1])
@@ -457,7 +528,12 @@ def read_template(source: str, first_line: int) -> Template:
             for h in holes:
                 if SHORT_PLACEHOLDER.fullmatch(f"<{h}>") and len(h.split()) <= 2:
                     t.roles.setdefault(f"{h.strip()} line", ("first_line", ""))
+        if fld and re.match(r"<\s*[\w~]", fld[2]):
+            t.sized.append((("field", fld[1]), fld[2][1:-1], where))
+        elif not head and holes and line == f"<{holes[0]}>" and section not in (None, "\0"):
+            t.sized.append((("section", shown_title), holes[0], where))
         if head:
+            seen_head = True  # `# <title>` opens the template: the line after it is not the first line
             section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
             if not holes:
                 t.heads.append((head[0], section, line, where))
@@ -489,6 +565,32 @@ def template_checks(t: Template) -> Iterator[Derived]:
         yield Derived(placeholders_check(t.placeholders, t.needs_text), t.line, "the template")
     for kind, name, values, shown, where in t.enums:
         yield Derived(enum_check(kind, name, values), where, shown)
+    for target, text, where in t.sized:
+        yield from _sized(target, text, where)
+
+
+def _sized(target: tuple[str, str], text: str, where: int) -> Iterator[Derived]:
+    """A placeholder that opens with a limit or a range states it about what it stands for: `<1-3 sentences: ...>`
+    alone under a heading is that section's, `Title: <at most 60 characters>` the field's."""
+    lower = text.lower().strip()
+    m = LIMIT.match(lower)
+    if m:
+        word, number, unit_word = _limit_parts(m)
+        n = _number(number)
+        below = BELOW.fullmatch(word) is not None
+        bounds = None if n is None or (below and n == 0) else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]
+    elif (m := RANGE.match(lower)) is not None:
+        unit_word, bounds = m[4] or m[7], _bounds(m, lower)
+    elif (m := re.match(NUM + r"\s+(?:short\s+|brief\s+)?" + UNIT_RX, lower)) is not None:
+        n = _number(m[1])  # `<one sentence>`, `<two paragraphs>`: at most that many
+        unit_word, bounds = m[2], None if n is None or n == 0 else [("max", n)]
+    else:
+        return
+    unit = UNITS[unit_word]
+    if bounds and not (target[0] == "field" and unit in ("lines", "items", "paragraphs")) and \
+            re.match(r"\s*(?:[:,;(\u2013\u2014-]|$)|\s+(?:on|about|describing|explaining|saying|that|of|with|for)\b", lower[m.end():]):
+        for bound, n in bounds:
+            yield Derived(limit_check(target, unit, bound, n), where, f"<{text}>")
 
 
 # ------------------------------------------------------------------ reading sentences
@@ -557,10 +659,11 @@ class Names:
 
     def __init__(self, names: dict[str, tuple[str, str]], plain: dict[str, tuple[str, str]] | None = None):
         self.names = names
+        self.slots: set[tuple[str, str]] = set()  # sections and fields whose template text names one value
         self.lengths = sorted({len(n) for n in names if len(n) <= MAX_NAME_CHARS})
         self.plain: dict[str, tuple[tuple[str, str], bool]] = {}
         for name, target in (plain if plain is not None else names).items():
-            if 3 <= len(name) <= 40 and name not in NOT_NAMES and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name):
+            if 3 <= len(name) <= 40 and (name not in NOT_NAMES or (name == "name" and target[0] == "field")) and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name):
                 for form, singular in _forms(name):
                     self.plain.setdefault(form, (target, singular))
         words = "|".join(re.escape(f) for f in sorted(self.plain, key=len, reverse=True))
@@ -638,6 +741,57 @@ def enum_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
         target = _code_target(s, names.names, *before[-1], True) if before else _known_name(read_sentence(s, names), at)
     if target:
         yield Derived(enum_check(target[0], target[1], values), s.line, s.text)
+    elif len(values) < 2 and (plain := _plain_values(s.text)):
+        yield from _plain_enum(s, names, *plain)
+
+
+ONE_OF = re.compile(r"\bone of\b\s*:?\s*")
+EITHER = re.compile(r"\beither\s+([^,;:()]+?)\s+or\s+([^,;:()]+?)\s*(?=[,;:()]|\.?$)")
+VALUE_SPLIT = re.compile(r"\s*,\s*(?:or\s+|and\s+)?|\s+or\s+|\s*/\s*|\s*\|\s*")
+NOT_VALUE = re.compile(r"(?:the|a|an|these|those|this|that|following|your|its|their|our|some|any|several|many|more|"
+                       r"other|each|every|all|both|" + "|".join(NUMBERS) + r")\b")
+IS_WORDS = re.compile(r"\s*(?::\s*|(?:is|are|must be|should be|has to be|will be|can be|can only be|may be|reads|says)\s+)"
+                      r"(?:always\s+|only\s+)?$")
+
+
+def _plain_values(text: str) -> tuple[int, list[str]] | None:
+    """Allowed values written in plain words: "either ship or hold", "one of: low, medium, high", "one of low, medium
+    or high". Each value 1-3 words, none opening with a determiner or a number ("one of the scripts" is no list).
+    "one of four statuses: A, B, C, D" names its subject after "one of" and is read only when the count matches.
+    (offset where the enumeration starts, values, that subject or None) or None."""
+    lower, counted = text.lower(), None
+    m = EITHER.search(lower)
+    if m:
+        raw, at = [text[m.start(1) : m.end(1)], text[m.start(2) : m.end(2)]], m.start()
+    elif (m := ONE_OF.search(lower)) is not None:
+        tail = re.split(r"\s+[-\u2013\u2014]\s+|\s*\(|\s*;", text[m.end():], maxsplit=1)[0]
+        counted = re.match(NUM + r"\s+([a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s*:\s*", tail.lower())  # "one of four statuses: ..."
+        if counted:
+            noun, tail = counted[2], tail[counted.end():]
+        raw, at = VALUE_SPLIT.split(tail.rstrip(". ")), m.start()
+    else:
+        return None
+    values = [v.strip().strip("\"'\u201c\u201d*_").strip() for v in raw]
+    ok = len(values) >= 2 and all(v and len(v) <= 30 and len(v.split()) <= 3 and not NOT_VALUE.match(v.lower()) for v in values)
+    if counted and _number(counted[1]) != len(values):
+        return None  # "one of four statuses" followed by three: not read
+    return (at, values, counted[2] if counted else None) if ok and len({v.lower() for v in values}) == len(values) else None
+
+
+def _plain_enum(s: Sentence, names: Names, at: int, values: list[str], noun: str | None) -> Iterator[Derived]:
+    """Plain-word values resolved against the template name right before them: "The decision is either ship or
+    hold" (section `Decision`), "Severity: one of low, medium, high" (field `Severity`). A section or field counts
+    only when its template text is one placeholder of one or two words naming a value (`<decision>`, not
+    `<what changed>`) or an enumeration: "The summary is either short or
+    long" about `<what changed>` describes the text, it does not list its values."""
+    r = read_sentence(s, names)
+    named = names.plain.get(noun) if noun else None  # "one of four statuses: ..." where `Status:` is a field
+    if named and named[0] in names.slots:
+        yield Derived(enum_check(named[0][0], named[0][1], values), s.line, s.text)
+        return
+    before = [(end, target) for _, end, _, target, _ in r.bare if end <= at]
+    if before and before[-1][1] in names.slots and IS_WORDS.fullmatch(r.lower[before[-1][0] : at]):
+        yield Derived(enum_check(before[-1][1][0], before[-1][1][1], values), s.line, s.text)
 
 
 def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> tuple[str, str] | None:
@@ -651,14 +805,26 @@ def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> t
     if named is None and not (0 <= r.first_line <= start or 0 <= r.each_line <= start or 0 <= r.each_item <= start):
         named = _bare_after(r, end, unit)
     if named:
-        return None if named[0] in ("field", "heading_line") and unit in ("lines", "items") else named
+        return None if named[0] in ("field", "heading_line", "first_line") and unit in ("lines", "items", "paragraphs") else named
     if unit in ("chars", "words") and 0 <= r.first_line <= start:
         return ("first_line", "")
     if unit in ("chars", "words") and 0 <= r.each_line <= start:
         return ("each_line", "")
     if unit in ("chars", "words") and 0 <= r.each_item <= start:
         return ("each_item", "")
-    return ("output", "") if r.whole else None
+    if unit != "items" and re.search(r"\b(?:each|every) section\b", r.lower[:start]):
+        return ("each_section", "")  # "each section is up to 300 words": every headed section of the output
+    return ("output", "") if r.whole and not _other_subject(r.lower[:start]) else None
+
+
+def _other_subject(before: str) -> bool:
+    """Whether the words before a limit name a subject other than the output ("Frontmatter: at most 1024 characters
+    in total", "the description has ..."): then "in total" is that subject's total, not the output's."""
+    label = re.match(r"\s*([a-z][\w .-]{0,40}):", before)
+    if label and label[1].strip() not in ("output", "answer", "response", "the output", "the answer", "the response"):
+        return True
+    m = re.search(r"\b(?:the|its|your|their)\s+([a-z][\w-]*)\s+(?:is|are|has|have|stays?|must|should|can)\b", before)
+    return m is not None and m[1] not in ("output", "answer", "response", "whole", "entire", "reply")
 
 
 SKIP = ("", "")  # a subject named but not one a check can read: the limit derives nothing
@@ -679,7 +845,9 @@ def _bare_before(r: Read, start: int, unit: str, floor: int = 0) -> tuple[str, s
     between = r.lower[m_start:start]
     per_line = re.search(r"\b(each|every|any|no) line\b|\ball lines\b", between)
     per_item = not per_line and re.search(r"\b(each|every|any)\b", between)
-    if target[0] != "section" or unit not in ("chars", "words"):
+    if target[0] == "field" and (each or per_item) and not per_line:
+        return ("each_field", target[1])  # "each title": every line that starts with `Title:`
+    if target[0] != "section" or unit not in ("chars", "words", "sentences"):
         return SKIP if per_line or per_item or each else target  # "each post" where `<post>` is one line: unclear
     if (each and singular) or per_item:
         return ("items_in", target[1])
@@ -706,52 +874,150 @@ COUNT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"
                    + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
 
 
+COUNT_RANGE = re.compile(r"\b(?:(between)\s+)?" + NUM + r"(?:\s*[-\u2013\u2014]\s*|\s+(?:to|or|and)\s+)" + NUM
+                         + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})|\b(exactly)\s+" + NUM + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
+
+
+def _number(word: str) -> int | None:
+    """A number written in digits (`3,000`) or as a word from zero to twenty; None past MAX_LIMIT."""
+    if word in NUMBERS:
+        return NUMBERS[word]
+    digits = word.replace(",", "")
+    return int(digits) if len(digits) <= len(str(MAX_LIMIT)) and int(digits) <= MAX_LIMIT else None
+
+
+def _bounds(m: re.Match, lower: str) -> list[tuple[str, int]] | None:
+    """(bound, n) pairs a RANGE or COUNT_RANGE match states (the same groups: 2-3 the range, 5-6 "exactly N"): "one or two" gives min 1 and max 2, "exactly 3" min 3 and max 3, "up to
+    200-300" max 300 only. None for a backward range or a number too big."""
+    if m[5]:
+        n = _number(m[6])
+        return None if n is None else [("min", n), ("max", n)]
+    low, high = _number(m[2]), _number(m[3])
+    if low is None or high is None or low >= high:
+        return None
+    if re.search(r"\b(?:" + MAX_WORDS + r")\s*$", lower[: m.start()]):
+        return [("max", high)]
+    if re.search(r"\b(?:" + MIN_WORDS + r")\s*$", lower[: m.start()]):
+        return [("min", low)]
+    return [("min", low), ("max", high)]
+
+
+ADJECTIVES = frozenset("numbered short brief concrete specific distinct separate open key main new other".split())
+PAREN_MAX = re.compile(r"\(\s*(?:max\.?|maximum|at most|up to|no more than)\s+" + NUM + r"\s*\)")
+
+
+def _paren_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
+    """A plural section name followed by "(max N)": "add an Open questions section (max 3)" counts its items."""
+    lower = s.text.lower()
+    for m in PAREN_MAX.finditer(lower):
+        before = [(n.end(2), *names.plain[n[2]]) for n in names.rx.finditer(lower[: m.start()])] if names.rx else []
+        n = _number(m[1])
+        if before and n is not None and before[-1][1][0] == "section" and not before[-1][2] \
+                and re.fullmatch(r"\s*(?:section|list)?\s*", lower[before[-1][0] : m.start()]):
+            yield Derived(limit_check(before[-1][1], "items", "max", n), s.line, s.text)
+            if spans is not None:
+                spans.append(m.span())
+
+
 def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
     """"at most N <things>" where <things> is a plural section name of the template, alone or before items,
-    entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items."""
-    for m in COUNT.finditer(s.text.lower()):
-        words = m[3].split()
+    entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items;
+    so do a range or exact count of them ("two to four risks", "exactly three options")."""
+    lower = s.text.lower()
+    found = [(m, m[3], False) for m in COUNT.finditer(lower)] + [(m, m[4] or m[7], True) for m in COUNT_RANGE.finditer(lower)]
+    for m, tail, ranged in found:
+        words = tail.split()
+        if words and words[0] in ADJECTIVES:  # "5-10 numbered questions"
+            words = words[1:]
+        if HEDGE.search(lower[: m.start()]) or HEDGE_AFTER.match(lower, m.end()):
+            continue
         for k in range(len(words), 0, -1):
             head = " ".join(words[:k])
             hit = names.plain.get(head)
             rest = words[k] if k < len(words) else ""
             if hit and hit[0][0] == "section" and not hit[1] and (head.endswith("s") or rest in ("items", "entries", "bullets")) \
                     and head not in UNITS:
-                number = m[2].replace(",", "")
-                n = NUMBERS[m[2]] if m[2] in NUMBERS else int(number)
-                if len(number) > 9 or (BELOW.fullmatch(m[1]) and n == 0):
+                if ranged:
+                    bounds = _bounds(m, lower)
+                else:
+                    n = _number(m[2])
+                    below = BELOW.fullmatch(m[1]) is not None
+                    bounds = None if n is None or (below and n == 0) else \
+                        [("min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n)]
+                if not bounds:
                     break
-                below = BELOW.fullmatch(m[1]) is not None
-                yield Derived(limit_check(hit[0], "items", "min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n),
-                              s.line, s.text)
+                for bound, n in bounds:
+                    yield Derived(limit_check(hit[0], "items", bound, n), s.line, s.text)
                 if spans is not None:
                     spans.append(m.span())
                 break
 
 
 def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], spans: list | None = None) -> Iterator[Derived]:
-    r, floor = None, 0
+    r, floor, last = None, 0, None
+    lower = s.text.lower()
     yield from _count_sentence(s, names, spans)
-    for m in LIMIT.finditer(s.text.lower()):
+    yield from _paren_sentence(s, names, spans)
+    taken = [sp for sp in spans or () if sp]
+    found = []  # (match, unit word, [(bound, n)] or None)
+    for m in LIMIT.finditer(lower):
         word, number, unit_word = _limit_parts(m)
-        digits = number.replace(",", "")
-        if number not in NUMBERS and (len(digits) > len(str(MAX_LIMIT)) or int(digits) > MAX_LIMIT):
+        n = _number(number)
+        if n is None:
             problems.append((s.line, f"the limit '{word} {number if len(number) <= 20 else number[:17] + '...'} {unit_word}' is above {MAX_LIMIT:,}: "
                                      "state a smaller number, or leave the length to the judge"))
             continue
+        below = BELOW.fullmatch(word) is not None
+        found.append((m, unit_word, None if below and n == 0 else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]))
+    for m in RANGE.finditer(lower):
+        if not any(a <= m.start() < b for a, b in taken):
+            found.append((m, m[4] or m[7], _bounds(m, lower)))
+    for m, unit_word, bounds in sorted(found, key=lambda x: x[0].start()):
         r = r or read_sentence(s, names)
         unit = UNITS[unit_word]
-        target = _limit_target(r, m.start(), m.end(), unit, floor)
-        floor = m.end()
-        n = NUMBERS[number] if number in NUMBERS else int(digits)
-        below = BELOW.fullmatch(word) is not None
-        if target and not (below and n == 0):
-            bound = "min" if MINIMUM.fullmatch(word) else "max"
-            yield Derived(limit_check(target, unit, bound, n - 1 if below else n), s.line, s.text)
+        hedged = HEDGE.search(lower[: m.start()]) or HEDGE_AFTER.match(lower, m.end())
+        target = None if hedged else _limit_target(r, m.start(), m.end(), unit, floor)
+        if target is None and last and last[0] in ("section", "items_in") and unit in ("chars", "words", "sentences") \
+                and re.fullmatch(r"[\s,;]*(?:and\s+|with\s+)?each\s+(?:is\s+|of\s+them\s+)?", lower[floor : m.start()]):
+            target = ("items_in", last[1])  # "three to five bullets, each under 60 characters"
+        elif target is None and last and re.fullmatch(r"\s*(?:,\s*)?(?:and|but)\s+(?:is\s+|are\s+)?", lower[floor : m.start()]) \
+                and not (last[0] in ("field", "heading_line") and unit in ("lines", "items")):
+            target = last  # "at most 2 sentences and under 300 characters": the same subject
+        floor, last = m.end(), target or last
+        if target and target[0] in ("section", "field") and unit in ("chars", "words", "sentences") \
+                and re.match(r"\s+each\b", lower[m.end():]):
+            target = ("items_in" if target[0] == "section" else "each_field", target[1])  # "risks under 80 characters each"
+        if target and bounds:
+            for bound, n in bounds:
+                yield Derived(limit_check(target, unit, bound, n), s.line, s.text)
             if spans is not None:
                 spans.append(m.span())
         elif spans is not None:
             spans.append(None)
+
+
+VALUE_RANGE = re.compile(r"([a-z][\w ()/'-]{0,40}):\s*(?:between\s+)?(-?\d+(?:\.\d+)?)\s*(?:[-\u2013\u2014]|to|and)\s*(-?\d+(?:\.\d+)?)\s*\.?")
+NUMBER_VALUE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[a-z%]*")
+
+
+def value_range_check(label: str, low: float, high: float):
+    def run(output: str, task) -> bool | None:
+        value = _field(view(output), label)
+        if value is None:
+            return None  # a missing field: the headings and template-lines checks say so
+        m = NUMBER_VALUE.fullmatch(_bare(value).lower())
+        return m is not None and low <= float(m[1]) <= high
+
+    shown = f"{low:g} to {high:g}"
+    return _make(f"{_slug(label)}_in_range", "format", run, f"field '{label}' is a number from {shown}", target=label.lower())
+
+
+def value_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
+    """"FPS: 10-30.", "Score: between 1 and 5": a template field's value is a number in that range (a unit word
+    after it is allowed, nothing else)."""
+    m = VALUE_RANGE.fullmatch(s.text.lower().strip())
+    if m and names.names.get(m[1].strip(), ("",))[0] == "field" and float(m[2]) < float(m[3]):
+        yield Derived(value_range_check(names.names[m[1].strip()][1], float(m[2]), float(m[3])), s.line, s.text)
 
 
 def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
@@ -785,7 +1051,8 @@ TRIGGERS = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS
                       r"|\b(?:at most|no more than|at least|one of)\b|\beither\b.{1,80}?\bor\b"
                       r"|\b" + NUM + r"\s+(?:or|to)\s+" + NUM + r"\s+" + COUNTED + r"\b"
                       r"|\b" + NUM + r"\s+" + COUNTED + r"\s+or\s+(?:fewer|less|more)\b"
-                      r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b")
+                      r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b"
+                      r"|(?:\b(?:about|around|roughly|approximately|usually|typically|ideally|default)\s+|~\s*)" + NUM + r"\b")
 BARE_LIMIT = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly)\s+" + NUM + r"\b")
 """A sentence that reads like a limit, count or enumeration: when nothing is derived from it (or one of its limits
 has no target), `--check` lists it as not derived, so that the author sees what the reward will not check."""
@@ -805,15 +1072,20 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
             names = {title: ("section", shown.lstrip("#").strip()) for _, title, shown, _ in template.heads}
             names.update({label.lower(): ("field", label) for label, _ in template.fields})
     index = Names(names, {**(template.roles if template else {}), **names})
+    if template is not None:  # sections that hold one short value: a plain-word enumeration may be about them
+        index.slots = {v for k, v in template.roles.items() if v[0] in ("section", "field") and len(k.split()) <= 2
+                       and not re.match(r"(?:what|why|how|who|when|where|which|a|an|the|one|two|some|any)\b", k)} \
+            | {(e[0], e[1]) for e in template.enums}
     for section in (output_format, rules):
         for s in sentences(section, parsed[id(section)]) if section is not None else ():
             spans: list = []  # of each limit derived; None for a limit whose subject is not resolved
             got = [*enum_sentence(s, index), *limit_sentence(s, index, problems, spans), *forbid_sentence(s, template),
+                   *value_sentence(s, index),
                    *input_sentence(s)]
             found += got
             lower = s.text.lower()
             if None in spans or (not got and TRIGGERS.search(lower)) or any(
-                    not any(a <= m.start() < b for a, b in spans) for m in BARE_LIMIT.finditer(lower)):
+                    not any(a <= m.end() - 1 < b for a, b in spans) for m in BARE_LIMIT.finditer(lower)):
                 ignored.append(s)
     checks = _unique(found)
     problems += contradictions(checks, path)
@@ -880,8 +1152,8 @@ def unsatisfiable(checks: tuple[Derived, ...], template: Template) -> Iterator[t
         fn = d.fn
         if fn.dimension != "format" or (fn.limit and fn.limit[2] == "min"):
             continue  # correctness needs a task's input; a template's `x` is short of any minimum
-        if fn.constraint[0].endswith("_one_of") and not template.line <= d.line < end:
-            continue  # an enumeration stated in prose: the template's `x` stands where one of its values goes
+        if fn.constraint[0].endswith(("_one_of", "_in_range")) and not template.line <= d.line < end:
+            continue  # allowed values stated in prose: the template's `x` stands where one of them goes
         result = fn(example, task)
         if result is not None and result is not True and not (result is not False and result >= 1):
             yield (d.line, f"derived check '{fn.__name__}' ({fn.__doc__}) fails on the template itself, filled in: "
