@@ -1,6 +1,7 @@
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,3 +62,27 @@ def wait_for(predicate, seconds: float = 300):
             return True
         time.sleep(0.05)
     raise TimeoutError(f"condition never met in {seconds} s")
+
+
+def held_at(model: str, answer):
+    """A policy for FakeOpenAI that answers answer(request) but holds every request for `model` (a checkpoint's
+    name, so a step) until `.release` is set; `.reached` is set when the first such request arrives. A run can be
+    stopped at a known point, whatever the machine's load; set `.release` before the server closes."""
+    reached, release = threading.Event(), threading.Event()
+
+    def policy(request):
+        if request.get("model") == model and not release.is_set():
+            reached.set()
+            release.wait(120)
+        return answer(request)
+
+    policy.reached, policy.release = reached, release
+    return policy
+
+
+def read_until(stream, text: str) -> str:
+    """Lines of a running process's stream up to the one holding `text` (or to its end)."""
+    got = ""
+    while text not in got and (line := stream.readline()):
+        got += line
+    return got
