@@ -1,6 +1,7 @@
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,20 +15,26 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from openai_server import FakeOpenAI  # noqa: E402
 
 
+TORCH_WHILE_COLLECTING = []  # set in each process (xdist worker) whose collection imported torch
+
+
 def pytest_collection_finish(session):
-    """Collecting a module must not load torch (through ART): it would cost every run, the fast tier too."""
-    if "torch" in sys.modules and session.items:
-        raise pytest.UsageError("collecting the tests imported torch: import ART and torch-heavy modules inside "
-                                "the tests that use them (and mark those tests slow), not at the top of a test module")
+    if "torch" in sys.modules:
+        TORCH_WHILE_COLLECTING.append(True)
 
 
 @pytest.fixture(autouse=True)
 def fast_tier_imports_no_torch(request):
     """The fast tier (`pytest`) never imports torch, which alone takes seconds of a worker's time: a test that is not
-    marked slow fails if torch was first imported while it ran."""
+    marked slow fails if torch was imported while collecting (a test module importing ART or torch at its top) or
+    first imported while it ran."""
+    fast = request.node.get_closest_marker("slow") is None
+    if fast and TORCH_WHILE_COLLECTING:
+        pytest.fail("collecting the tests imported torch: import ART and torch-heavy modules inside the tests that "
+                    "use them (marked slow), not at the top of a test module", pytrace=False)
     before = "torch" in sys.modules
     yield
-    if not before and "torch" in sys.modules and request.node.get_closest_marker("slow") is None:
+    if fast and not before and "torch" in sys.modules:
         pytest.fail("this test imported torch (through ART, the judge, the dry-run backend or the CPU backend): "
                     "mark it @pytest.mark.slow", pytrace=False)
 
@@ -61,3 +68,27 @@ def wait_for(predicate, seconds: float = 300):
             return True
         time.sleep(0.05)
     raise TimeoutError(f"condition never met in {seconds} s")
+
+
+def held_at(model: str, answer):
+    """A policy for FakeOpenAI that answers answer(request) but holds every request for `model` (a checkpoint's
+    name, so a step) until `.release` is set; `.reached` is set when the first such request arrives. A run can be
+    stopped at a known point, whatever the machine's load; set `.release` before the server closes."""
+    reached, release = threading.Event(), threading.Event()
+
+    def policy(request):
+        if request.get("model") == model and not release.is_set():
+            reached.set()
+            release.wait(120)
+        return answer(request)
+
+    policy.reached, policy.release = reached, release
+    return policy
+
+
+def read_until(stream, text: str) -> str:
+    """Lines of a running process's stream up to the one holding `text` (or to its end)."""
+    got = ""
+    while text not in got and (line := stream.readline()):
+        got += line
+    return got

@@ -7,13 +7,12 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import skills_ref
 
-from conftest import SMALL_DIFF as DIFF, small_git_commit, wait_for
+from conftest import SMALL_DIFF as DIFF, held_at, small_git_commit, wait_for
 from openai_server import FakeOpenAI, candidates
 from skill_rl.skills import load_skill
 from train_skill import main
@@ -125,37 +124,27 @@ def answers():
     return lambda request: next(texts)
 
 
-@pytest.mark.slow
-def test_training_counts_rollout_errors_under_the_budget_and_stops_cleanly_over_it(tmp_path, small_skill):
+@pytest.mark.slow  # in process, but the training loop loads ART (and so torch)
+def test_training_counts_rollout_errors_under_the_budget_and_stops_cleanly_over_it(tmp_path, small_skill, monkeypatch):
+    from test_mining import run  # main() with its output captured
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("SKILL_RL_POLICY_API_KEY", KEY)
     with FakeOpenAI(policy_fn=answers()) as server:
+        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+        flags = train_cmd(small_skill, server)[2:]  # the command's flags, without the interpreter and the script
         server.policy_faults.extend(["non-json", "empty"])  # one failed rollout (not retried), one empty answer, of 8
-        run = subprocess.run(train_cmd(small_skill, server, "--steps", "1", "--max-exceptions", "0.2"),
-                             cwd=tmp_path, env=train_env(server), capture_output=True, text=True, timeout=120)
-        assert run.returncode == 1, run.stderr[-1500:]
-        assert "rollout errors 1 |" in run.stdout and "this run: steps 1," in run.stdout
+        code, out, err = run(*flags, "--steps", "1", "--max-exceptions", "0.2")
+        assert code == 1, err[-1500:]
+        assert "rollout errors 1 |" in out and "this run: steps 1," in out
         server.always_fail_policy = "500"
-        over = subprocess.run(train_cmd(small_skill, server, "--steps", "2"), cwd=tmp_path, env=train_env(server),
-                              capture_output=True, text=True, timeout=120)
-    assert over.returncode == 1
-    assert "more rollouts failed than --max-exceptions 0.1 allows" in over.stderr and "Traceback" not in over.stderr
+        over_code, over_out, over_err = run(*flags, "--steps", "2")
+    assert over_code == 1
+    assert "more rollouts failed than --max-exceptions 0.1 allows" in over_err and "Traceback" not in over_err
     steps = lines_of(next((tmp_path / ".art").rglob("dryrun.jsonl")))
     assert [s["step"] for s in steps] == [1]  # nothing was trained on the failed batch
-    assert KEY not in run.stdout + run.stderr + over.stdout + over.stderr
-
-
-def held_at(model: str, answer):
-    """A policy that answers with `answer` but holds every request for `model` until `.release` is set; `.reached`
-    is set when the first such request arrives: a run can be stopped at a known point, whatever the machine's load."""
-    reached, release = threading.Event(), threading.Event()
-
-    def policy(request):
-        if request.get("model") == model and not release.is_set():
-            reached.set()
-            release.wait(120)
-        return answer(request)
-
-    policy.reached, policy.release = reached, release
-    return policy
+    assert KEY not in out + err + over_out + over_err
 
 
 @pytest.mark.slow

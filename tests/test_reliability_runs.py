@@ -6,12 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import small_git_commit, wait_for
+from conftest import held_at, read_until, small_git_commit, wait_for
 from openai_server import FakeOpenAI
 from train_skill import main
 
@@ -124,51 +123,43 @@ def trained_steps(tmp_path: Path) -> list[int]:
 @pytest.mark.slow
 def test_a_second_training_of_a_run_exits_2_naming_the_first_and_sigterm_stops_it_resumably(tmp_path):
     skills = small_git_commit(tmp_path, train=8, val=1)
-    with FakeOpenAI(policy_fn=lambda r: ANSWER, policy_latency=0.6) as server:  # a step takes 0.6 s or more
-        cmd, env = train_cmd(skills, server, "--steps", "12", "--run-name", "shared"), train_env(server)
+    policy = held_at("skill-git-commit@1", lambda r: ANSWER)  # step 2's rollouts (on step 1's checkpoint) wait: the first run is mid-step
+    with FakeOpenAI(policy_fn=policy) as server:
+        cmd, env = train_cmd(skills, server, "--steps", "4", "--run-name", "shared"), train_env(server)
         first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: trained_steps(tmp_path) == [1])
-        server.policy_latency = 5.0  # steps of 5 s or more: the first is still training when the second has started
-        second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2 and f"(PID {first.pid})" in second.stderr, second.stderr[-1500:]
-        assert len(second.stderr.strip().splitlines()) == 1
-        before = trained_steps(tmp_path)
-        first.send_signal(signal.SIGTERM)  # during a step's rollouts: that step completes, then it stops
+        try:
+            assert policy.reached.wait(300), "step 2 never started"
+            second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            assert second.returncode == 2 and f"(PID {first.pid})" in second.stderr, second.stderr[-1500:]
+            assert len(second.stderr.strip().splitlines()) == 1
+            first.send_signal(signal.SIGTERM)  # during step 2's rollouts: that step completes, then it stops
+            before = read_until(first.stderr, "SIGTERM: stopping after this step")
+        finally:
+            policy.release.set()
         out, err = first.communicate(timeout=90)
-        assert first.returncode == 143 and "SIGTERM: stopping after this step" in err and "stopped early: yes" in out, err[-1500:]
-        assert "Traceback" not in err
-        done = trained_steps(tmp_path)
-        assert len(before) < 12 and done in (before, [*before, len(before) + 1])
-        server.policy_latency = 0.0
+        assert first.returncode == 143 and "SIGTERM: stopping after this step" in before and "stopped early: yes" in out, \
+            (before + err)[-1500:]
+        assert "Traceback" not in before + err and trained_steps(tmp_path) == [1, 2]
         again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert f"starting at step {len(done)} of 12" in again.stdout and trained_steps(tmp_path) == list(range(1, 13)), again.stderr[-1500:]
+    assert "starting at step 2 of 4" in again.stdout and trained_steps(tmp_path) == [1, 2, 3, 4], again.stderr[-1500:]
 
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_abandons_the_step_at_once(tmp_path):
     """(A killed run's lock is no obstacle: test_reliability.py, the training killed mid-step.)"""
-    reached, release = threading.Event(), threading.Event()
-
-    def policy(request):  # step 3's rollouts (on the checkpoint of step 2) wait until the test lets them go
-        if request.get("model") == "skill-git-commit@2" and not release.is_set():
-            reached.set()
-            release.wait(120)
-        return ANSWER
-
     skills = small_git_commit(tmp_path, train=8, val=1)
+    policy = held_at("skill-git-commit@2", lambda r: ANSWER)  # step 3's rollouts (on step 2's checkpoint) wait
     with FakeOpenAI(policy_fn=policy) as server:
         run = subprocess.Popen(train_cmd(skills, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            assert reached.wait(300), "step 3 never started"
+            assert policy.reached.wait(300), "step 3 never started"
             run.send_signal(signal.SIGINT)  # the first: finish step 3, then stop
-            before = ""
-            while "Ctrl-C: stopping after this step" not in before and (line := run.stderr.readline()):
-                before += line  # the first was handled
+            before = read_until(run.stderr, "Ctrl-C: stopping after this step")  # the first was handled
             run.send_signal(signal.SIGINT)  # the second: abandon step 3 now
             out, err = run.communicate(timeout=90)
         finally:
-            release.set()
+            policy.release.set()
     assert "Ctrl-C: stopping after this step" in before, before[-1500:]
     assert "Traceback" not in err and run.returncode == 130, err[-1500:]  # 128 + SIGINT
     assert trained_steps(tmp_path) == [1, 2]
