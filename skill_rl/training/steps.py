@@ -16,7 +16,7 @@ from pathlib import Path
 
 import art
 
-from skill_rl import keys
+from skill_rl import configfile, keys
 from skill_rl.config import Run
 from skill_rl.errors import Exit
 from skill_rl.evaluate import print_table, summarize
@@ -113,6 +113,7 @@ class Trainer:
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
+        configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
         await backends.register(t.model, t.backend, t.kind)
         t.monitor = Monitor.resume(t.dir / "history.jsonl")  # reward-hacking signs, per step
         t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
