@@ -64,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     j.add_argument("--judge-base-url", type=flags.url, default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
     j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
     j.add_argument("--judge-attempts", type=flags.count(), default=3, help="tries per judge call before the group is scored by checks only")
+    j.add_argument("--no-judge-cache", action="store_true",
+                   help="judge every group afresh: neither read nor write the judge cache ($XDG_CACHE_HOME/skill-rl, else ~/.cache/skill-rl)")
     j.add_argument("--judge-timeout", type=flags.number(above=0), default=60.0, help="seconds per judge try")
 
     e = p.add_argument_group("evaluation (--eval)")

@@ -88,6 +88,7 @@ def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None)
 def judge(s) -> object | None:
     """The RULER judge from the settings and the environment (the one place its endpoint and key are read)."""
     from skill_rl.env import judge_env_problem
+    from skill_rl.scoring.cache import default_path
     from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
 
     if s.judge == "none":
@@ -98,4 +99,5 @@ def judge(s) -> object | None:
     model, problem = judge_env_problem(model, base_url, key)  # any LiteLLM provider, checked before spending
     if problem:
         raise Exit(2, problem)
-    return Judge(model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout)
+    cache = None if s.no_judge_cache else str(default_path())
+    return Judge(model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout, cache=cache)

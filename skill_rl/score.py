@@ -135,6 +135,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
     with bar(f"scoring {path.name}", len(items), quiet) as advance:
         await asyncio.gather(*(one(*item) for item in items))
     summary["check_errors"] = sum(scorer.check_errors.values())
+    summary["judge_cache"] = scorer.cache_line()
     return summary
 
 
@@ -161,6 +162,8 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     console.print(table)
     if judge:
         print(summary["usage"].describe(judge.model), file=sys.stderr)  # one line, never wrapped
+    if summary.get("judge_cache"):
+        print(summary["judge_cache"], file=sys.stderr)
     if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"]:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
                       f"{summary['check_errors']} check error(s)")

@@ -49,3 +49,12 @@ def deadline(seconds: float, what: str = "it"):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(autouse=True)
+def own_cache_folder(tmp_path_factory, monkeypatch):
+    """Each test its own user cache folder (the judge cache lives there): no test answers another's judge
+    call from the cache, and none writes into the user's ~/.cache. Hugging Face keeps its usual folder."""
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    monkeypatch.setenv("HF_HOME", os.environ.get("HF_HOME") or str(home / "huggingface"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

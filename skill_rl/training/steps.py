@@ -202,4 +202,6 @@ class Trainer:
             print(f"reward plot: {kept.where / PLOT_NAME}")
         print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
         print(self.totals.line())
+        if line := self.scorer.cache_line():
+            print(line)
         return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
