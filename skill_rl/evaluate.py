@@ -298,7 +298,7 @@ def _tasks(skill: Skill, args) -> list[Task]:
     if note:
         print(note, file=sys.stderr)
     if not tasks:
-        raise Exit(2, f"{skill.path / 'tasks.jsonl'} has no {args.split} tasks")
+        raise Exit(2, f"{skill.tasks_path} has no {args.split} tasks")
     return tasks
 
 
@@ -332,7 +332,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
-    ident = {"skill": skill.name, "tasks": digest(skill.path / "tasks.jsonl"), "samples": args.samples}
+    ident = {"skill": skill.name, "tasks": digest(skill.tasks_path), "samples": args.samples}
     done = read_jsonl(log) if args.resume else []
     refuse_foreign(done, ident, log, {ep.label: spec_of(ep) for ep in endpoints})
     whole = {t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)}

@@ -70,7 +70,7 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
         if item.task_id is not None:
             task = skill.task(item.task_id)
             if task is None:
-                errors.append(f"{path}:{n}: field 'task_id' {item.task_id!r} is not in {skill.path / 'tasks.jsonl'}")
+                errors.append(f"{path}:{n}: field 'task_id' {item.task_id!r} is not in {skill.tasks_path}")
                 continue
         else:
             task = Task(id=f"line-{n}", input=item.input, line=n)

@@ -66,8 +66,9 @@ INJECTION_GUARD = (
 )
 
 
-def rubric(skill: Skill, dimension: str) -> str:
-    """The grading standard for one dimension, generated from the SKILL.md."""
+def rubric(skill: Skill, dimension: str, task: Task | None = None) -> str:
+    """The grading standard for one dimension, generated from the SKILL.md (and, for correctness, the task's
+    own criteria: evals.json's expected output and expectations)."""
     if dimension == "procedure":
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(skill.steps, 1))
         rules = "\n".join(f"- {r}" for r in skill.rules) or "(none)"
@@ -79,7 +80,9 @@ def rubric(skill: Skill, dimension: str) -> str:
         head = ("Grade how right and useful each candidate's output is for this exact input: does it state "
                 "true things about the input, cover what matters in it, and invent nothing? Give 1 for an "
                 "output an expert would accept as is, 0 for one that is wrong or unusable.")
-        body = ""
+        criteria = "\n".join(f"- {c}" for c in (task.criteria or ())) if task is not None else ""
+        body = (f"For this input, a correct output meets each of these criteria; grade by how many it meets:\n{criteria}"
+                if criteria else "")
     else:
         head = ("Grade how exactly each candidate's output matches the skill's Output Format section: "
                 "structure, fields, lengths, nothing extra. Give 1 for an exact match, 0 for none.")
@@ -161,7 +164,7 @@ def _retry_after(error: Exception) -> float | None:
         return None
 
 
-async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outputs: list[str], dimension: str,
+async def _ruler(judge: Judge, params: dict, skill: Skill, task: Task, outputs: list[str], dimension: str,
                  usage: JudgeUsage):
     """One RULER call for one dimension, retried; returns [(score, explanation)] in output order. Every judge
     response, a retried one included, is counted into `usage`."""
@@ -173,11 +176,11 @@ async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outp
 
     group = art.TrajectoryGroup(
         art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
-                                             {"role": "user", "content": task_input},
+                                             {"role": "user", "content": task.input},
                                              {"role": "assistant", "content": _as_data(o)}], reward=0.0)
         for o in outputs
     )
-    text = rubric(skill, dimension)
+    text = rubric(skill, dimension, task)
     delay, error = judge.backoff, None
     for attempt in range(judge.attempts):
         try:
@@ -293,13 +296,13 @@ class Scorer:
         else from the judge (and then stored)."""
         cache, key = self.cache, None
         if cache is not None:
-            key = judge_cache.key(self.judge.model, self.judge.base_url, rubric(self.skill, dimension), self.skill.body,
+            key = judge_cache.key(self.judge.model, self.judge.base_url, rubric(self.skill, dimension, task), self.skill.body,
                                   task.input, distinct)
             if (hit := cache.get(key, len(distinct))) is not None:
                 return hit
         own = JudgeUsage()
         try:
-            result = await _ruler(self.judge, self._params, self.skill, task.input, distinct, dimension, own)
+            result = await _ruler(self.judge, self._params, self.skill, task, distinct, dimension, own)
         finally:
             usage.add(own)  # paid for, answered or not
         if cache is not None:

@@ -98,7 +98,7 @@ class Trainer:
         self.train_tasks = fitting(skill, skill.split("train"), s)
         self.val_tasks = fitting(skill, skill.split("val")[:s.limit], s)
         if not self.train_tasks:
-            raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
+            raise Exit(2, f"{skill.tasks_path}: no tasks with split 'train' to train on")
         random.Random(s.seed).shuffle(self.train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
         self.tasks = {t.id: t for t in skill.tasks}
         self.scorer = Scorer(skill, run.judge)
