@@ -49,7 +49,7 @@ def test_score_under_a_judge_fault(tmp_path, capsys, fault):
         server.always_fail_judge = fault  # always: the groups fall back to checks only, and say so
         start = time.perf_counter()
         code = main(["--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url, *FAST_JUDGE,
-                     "--out", str(out)])
+                     "--out", str(out), "--no-judge-cache"])  # the same groups again: asked, not answered from the cache
         assert time.perf_counter() - start < 15  # retries are bounded in count and time
     err = capsys.readouterr().err
     records = lines_of(out)

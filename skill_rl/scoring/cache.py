@@ -100,7 +100,7 @@ class JudgeCache:
             return None
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)  # autocommit: each entry durable at once
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)  # autocommit: each entry durable at once
         try:
             db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             db.execute("SELECT key, value FROM judgements LIMIT 1").fetchall()

@@ -47,7 +47,7 @@ class Judge:
 
     def public(self) -> dict:
         return {"model": self.model, "base_url": self.base_url, "api_key": "***" if self.api_key else None,
-                "attempts": self.attempts, "timeout": self.timeout, "cache": self.cache or "off"}
+                "attempts": self.attempts, "timeout": self.timeout}  # the cache's place is said when it opens
 
 
 class JudgeFailed(Exception):
