@@ -63,6 +63,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     notes = ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
         notes = (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
+        s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
 
 

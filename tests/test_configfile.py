@@ -150,3 +150,20 @@ def test_a_run_from_its_written_config_takes_the_same_first_step(tmp_path, monke
     assert step == step_from_file == step_again and step["step"] == 1 and step["learning_rate"] == 2e-5
     assert by_flags.read_text() == by_file.read_text() == again.read_text()
     assert "steps: 1" in by_flags.read_text() and f"skills_dir: {skills}" in by_flags.read_text()
+
+
+def test_a_rehearsal_that_chose_checks_only_for_itself_runs_again_from_its_config(tmp_path, monkeypatch):
+    """--backend cpu picks --judge none by default and only notes that the checks pay mostly for form; replayed,
+    `judge: none` is said explicitly, which is refused unless the file also says what the run did."""
+    from skill_rl import cpu
+
+    if not cpu.available():
+        pytest.skip("the [cpu] extra and its model are not installed here")
+    monkeypatch.chdir(tmp_path)
+    for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    assert train_skill.main(["--skills-dir", "sk", "--init", "demo"]) == 0  # a markdown skill: no `expect`
+    first = resolved(["--skills-dir", "sk", "--skill", "demo", "--backend", "cpu"])
+    assert first["judge"] == "none" and first["format_only_reward"] is True
+    written = configfile.write(config.Settings(first), tmp_path)
+    assert without_config(resolved(["--config", str(written)])) == without_config(first)
