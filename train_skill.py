@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import config, flags, keys, mining
+from skill_rl import config, configfile, flags, keys, mining
 from skill_rl.training import backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
@@ -40,6 +40,8 @@ HERE = Path(__file__).resolve().parent
 def parse_args(argv=None) -> argparse.Namespace:
     p = flags.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     s = p.add_argument_group("skill")
+    s.add_argument("--config", type=Path, metavar="FILE",
+                   help="flags from a YAML file, keyed by the flags' names (a run folder's config.yaml runs it again); flags given here win")
     s.add_argument("--skill", type=flags.skill_name, help="skill folder name under --skills-dir")
     s.add_argument("--skills-dir", type=Path, default=None,
                    help="where skills live (default: ./skills if present, then the shipped skills; --init: ./skills)")
@@ -62,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     j.add_argument("--judge-base-url", type=flags.url, default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
     j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
     j.add_argument("--judge-attempts", type=flags.count(), default=3, help="tries per judge call before the group is scored by checks only")
+    j.add_argument("--no-judge-cache", action="store_true",
+                   help="judge every group afresh: neither read nor write the judge cache ($XDG_CACHE_HOME/skill-rl, else ~/.cache/skill-rl)")
     j.add_argument("--judge-timeout", type=flags.number(above=0), default=60.0, help="seconds per judge try")
 
     e = p.add_argument_group("evaluation (--eval)")
@@ -98,6 +102,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     mining.add_arguments(p)
     backends.add_arguments(p)
     args = p.parse_args(argv)
+    if args.config is not None:
+        try:
+            args = configfile.apply(p, argv, args)
+        except Exit as e:
+            p.exit(2, f"error: {e}\n")
     if args.steps == 0 and not args.sft:
         p.error("argument --steps: 0 trains nothing; 0 is for a warm start alone (--sft)")
     if args.context_tokens is not None and args.max_tokens is not None and args.context_tokens <= args.max_tokens:

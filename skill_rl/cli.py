@@ -13,6 +13,7 @@ from skill_rl.console import literal
 from skill_rl.scoring.derived import derive
 from skill_rl.errors import Exit
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
+from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.scoring.rubric import checks_cover, reference_problems
 from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
                      shipped_skills_dir, show)
@@ -96,7 +97,13 @@ def print_check(skill: Skill) -> int:
     if not any(t.expect is not None for t in skill.tasks) and skill.checks is not None and hasattr(skill.checks, "Expect"):
         console.print(literal("no task has `expect`: what checks.py compares with it (type, scope, ...) is unchecked"),
                       soft_wrap=True)
-    console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks are valid"),
+    if with_criteria := sum(bool(t.criteria) for t in skill.tasks):
+        judged = "correctness" in Scorer(skill, Judge()).judged_dimensions
+        console.print(literal(f"{with_criteria} task(s) carry criteria (expected output, expectations) for the judge's "
+                              "correctness rubric" + ("" if judged else ": but correctness is not judged here, so "
+                                                      "they are unused"), "" if judged else "yellow"), soft_wrap=True)
+    source = "" if skill.tasks_path.name == "tasks.jsonl" else f" (from {display(skill.tasks_path)})"
+    console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks{source} are valid"),
                   soft_wrap=True)
     return 0
 
@@ -107,7 +114,7 @@ def leaked_val_tasks(skill: Skill) -> list[str]:
     train: dict[str, Task] = {}
     for t in skill.split("train"):
         train.setdefault(" ".join(t.input.split()), t)
-    path = display(skill.path / "tasks.jsonl")
+    path = display(skill.tasks_path)
     return [f"warning: {path}:{t.line}: val task {show(t.id)} has the same input as train task {show(same.id)} "
             f"(line {same.line}): its val reward measures recall of a trained task, not the skill"
             for t in skill.split("val") if (same := train.get(" ".join(t.input.split()))) is not None]

@@ -63,6 +63,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     notes = ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
         notes = (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
+        s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
 
 
@@ -88,6 +89,7 @@ def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None)
 def judge(s) -> object | None:
     """The RULER judge from the settings and the environment (the one place its endpoint and key are read)."""
     from skill_rl.env import judge_env_problem
+    from skill_rl.scoring.cache import default_path
     from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
 
     if s.judge == "none":
@@ -98,4 +100,5 @@ def judge(s) -> object | None:
     model, problem = judge_env_problem(model, base_url, key)  # any LiteLLM provider, checked before spending
     if problem:
         raise Exit(2, problem)
-    return Judge(model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout)
+    cache = None if s.no_judge_cache else str(default_path())
+    return Judge(model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout, cache=cache)

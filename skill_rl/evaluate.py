@@ -187,7 +187,7 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
     for c in clients.values():
         await c.close()
     return {**tabulate([r for recs in by_task.values() for r in recs], endpoints, scorer, judge_failures),
-            "judge_usage": scorer.usage}
+            "judge_usage": scorer.usage, "judge_cache": scorer.cache_tally}
 
 
 async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict) -> tuple[list[dict], bool]:
@@ -263,11 +263,13 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
     md += [f"- {line}" for line in uplift_lines(result)] + ([""] if result["uplift"] else [])
     if judge:
         md += [f"Judge use in this invocation: {result['judge_usage'].describe(judge.model)}.", ""]
+        md += [f"{result['judge_cache'].describe()}.", ""] if result.get("judge_cache") else []
     atomic_write(out / "results.md", "\n".join(md))
     records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
     payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
                "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
                "uplift": result["uplift"], "judge_usage": result["judge_usage"].as_dict() if judge else None,
+               "judge_cache": result["judge_cache"].as_dict() if result.get("judge_cache") else None,
                "errors": result["errors"], "judge_failures": result["judge_failures"],
                "check_errors": result["check_errors"], "records": records}
     atomic_write(out / "results.json", json.dumps(payload, indent=1))
@@ -296,7 +298,7 @@ def _tasks(skill: Skill, args) -> list[Task]:
     if note:
         print(note, file=sys.stderr)
     if not tasks:
-        raise Exit(2, f"{skill.path / 'tasks.jsonl'} has no {args.split} tasks")
+        raise Exit(2, f"{skill.tasks_path} has no {args.split} tasks")
     return tasks
 
 
@@ -315,6 +317,8 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
         print(clean(line))
     if judge:
         print(result["judge_usage"].describe(judge.model))
+    if result.get("judge_cache"):
+        print(result["judge_cache"].describe())
     if result["judge_failures"]:
         print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed", file=sys.stderr)
     if result["check_errors"]:
@@ -328,7 +332,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
-    ident = {"skill": skill.name, "tasks": digest(skill.path / "tasks.jsonl"), "samples": args.samples}
+    ident = {"skill": skill.name, "tasks": digest(skill.tasks_path), "samples": args.samples}
     done = read_jsonl(log) if args.resume else []
     refuse_foreign(done, ident, log, {ep.label: spec_of(ep) for ep in endpoints})
     whole = {t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)}

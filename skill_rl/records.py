@@ -37,7 +37,7 @@ def refuse_inputs(out: Path, inputs: dict[Path, str]) -> None:
 
 
 def skill_files(skill) -> dict[Path, str]:
-    return {skill.path / name: "the skill's" for name in ("SKILL.md", "tasks.jsonl", "checks.py")}
+    return {p: "the skill's" for p in (*(skill.path / n for n in ("SKILL.md", "tasks.jsonl", "checks.py")), skill.tasks_path)}
 
 
 def prepare_file(out: Path, inputs: dict[Path, str]) -> None:

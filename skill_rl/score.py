@@ -70,7 +70,7 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
         if item.task_id is not None:
             task = skill.task(item.task_id)
             if task is None:
-                errors.append(f"{path}:{n}: field 'task_id' {item.task_id!r} is not in {skill.path / 'tasks.jsonl'}")
+                errors.append(f"{path}:{n}: field 'task_id' {item.task_id!r} is not in {skill.tasks_path}")
                 continue
         else:
             task = Task(id=f"line-{n}", input=item.input, line=n)
@@ -135,6 +135,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
     with bar(f"scoring {path.name}", len(items), quiet) as advance:
         await asyncio.gather(*(one(*item) for item in items))
     summary["check_errors"] = sum(scorer.check_errors.values())
+    summary["judge_cache"] = scorer.cache_line()
     return summary
 
 
@@ -161,6 +162,8 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     console.print(table)
     if judge:
         print(summary["usage"].describe(judge.model), file=sys.stderr)  # one line, never wrapped
+    if summary.get("judge_cache"):
+        print(summary["judge_cache"], file=sys.stderr)
     if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"]:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
                       f"{summary['check_errors']} check error(s)")

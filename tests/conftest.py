@@ -92,3 +92,12 @@ def read_until(stream, text: str) -> str:
     while text not in got and (line := stream.readline()):
         got += line
     return got
+
+
+@pytest.fixture(autouse=True)
+def own_cache_folder(tmp_path_factory, monkeypatch):
+    """Each test its own user cache folder (the judge cache lives there): no test answers another's judge
+    call from the cache, and none writes into the user's ~/.cache. Hugging Face keeps its usual folder."""
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    monkeypatch.setenv("HF_HOME", os.environ.get("HF_HOME") or str(home / "huggingface"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

@@ -95,9 +95,37 @@ def test_serverless_refuses_a_base_model_it_does_not_train(workdir, monkeypatch,
 @pytest.mark.skipif(GPU_HERE, reason="a GPU here: --backend auto may pick it")
 def test_auto_picks_serverless_with_a_model_it_trains_and_says_why_and_who_bills(workdir, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "wandb-test")
+    with_wandb(monkeypatch)
     plan = config.resolve(parse_args(["--skill", "git-commit", "--judge-api-key", "sk-test-judge"]), load_skill(find_skill(skill_dirs(None), "git-commit"))).plan
     assert (plan.kind, plan.base_model) == ("serverless", "OpenPipe/Qwen3-14B-Instruct")
     assert "--backend auto" in plan.describe() and "WANDB_API_KEY is set" in plan.describe() and "bills" in plan.describe()
+
+
+def with_wandb(monkeypatch, installed: bool = True):
+    """The serverless extra's wandb installed, or not, whatever this environment holds."""
+    real = backends.find_spec
+    monkeypatch.setattr(backends, "find_spec", lambda name, *a: (real("json") if installed else None) if name == "wandb"
+                        else real(name, *a))
+
+
+def test_serverless_without_wandb_exits_2_before_any_work_with_the_install_command(workdir, monkeypatch, capsys):
+    """ART's Serverless warm start imported wandb after the teacher's examples were collected and judged."""
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-test")
+    with_wandb(monkeypatch, installed=False)
+    assert run(workdir, "--backend", "serverless", "--sft", "--sft-from", "teacher", "--teacher", "m@http://127.0.0.1:9/v1") == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {err[7:].splitlines()[0]}\n" and backends.SERVERLESS_INSTALL in err and "wandb" in err
+    assert not Path(".art").exists()
+    import tomllib  # the extra the message names exists, with the wandb ART's own GPU extra pins
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serverless"]
+    from importlib.metadata import requires
+
+    pinned = [r.split(";")[0].strip() for r in requires("openpipe-art") if r.startswith("wandb") and "'backend'" in r]
+    assert pinned and pinned[0].replace(" ", "") in extra
+    with_wandb(monkeypatch, installed=True)  # with it, the same command gets past the check
+    assert config.resolve(parse_args(["--skill", "git-commit", "--judge", "none", "--backend", "serverless"]),
+                          load_skill(find_skill(skill_dirs(None), "git-commit"))).plan.kind == "serverless"
 
 
 def test_docs_show_the_no_backend_message_as_it_is_printed():

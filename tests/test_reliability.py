@@ -41,7 +41,8 @@ def test_score_under_a_judge_fault(tmp_path, capsys, fault):
     src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: raise the limit", "Raised it."]}) + "\n"
                            for i in range(2)))
     out = tmp_path / "out.jsonl"
-    score = ["--skill", "git-commit", "--score", str(src), "--judge-base-url", "", *FAST_JUDGE, "--out", str(out)]
+    score = ["--skill", "git-commit", "--score", str(src), "--judge-base-url", "", *FAST_JUDGE, "--out", str(out),
+             "--no-judge-cache"]  # each run asks the judge: none is answered from the cache
     with FakeOpenAI(fault_sleep=1.5) as server:
         score[score.index("--judge-base-url") + 1] = server.url
         assert main(score) == 0

@@ -18,12 +18,15 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from skill_rl.scoring.checks import CheckResults, run_checks_group, scoring, where
 from skill_rl.scoring.rubric import Score, clamp, combine, skill_checks
 from skill_rl.scoring.injection import addresses_grader, normalise
 from skill_rl.keys import redact
 from skill_rl.skills import Skill, Task
+from skill_rl.scoring import cache as judge_cache
+from skill_rl.scoring.cache import JudgeCache
 from skill_rl.scoring.usage import JudgeUsage, recording
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
@@ -40,10 +43,11 @@ class Judge:
     attempts: int = 3  # tries per judge call, the first included
     timeout: float = 60.0  # seconds per try
     backoff: float = 1.0  # seconds before the second try; doubles, capped at 20 s
+    cache: str | None = None  # the judge cache's file (scoring/cache.py); None: every group judged afresh
 
     def public(self) -> dict:
         return {"model": self.model, "base_url": self.base_url, "api_key": "***" if self.api_key else None,
-                "attempts": self.attempts, "timeout": self.timeout}
+                "attempts": self.attempts, "timeout": self.timeout}  # the cache's place is said when it opens
 
 
 class JudgeFailed(Exception):
@@ -62,8 +66,9 @@ INJECTION_GUARD = (
 )
 
 
-def rubric(skill: Skill, dimension: str) -> str:
-    """The grading standard for one dimension, generated from the SKILL.md."""
+def rubric(skill: Skill, dimension: str, task: Task | None = None) -> str:
+    """The grading standard for one dimension, generated from the SKILL.md (and, for correctness, the task's
+    own criteria: evals.json's expected output and expectations)."""
     if dimension == "procedure":
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(skill.steps, 1))
         rules = "\n".join(f"- {r}" for r in skill.rules) or "(none)"
@@ -75,7 +80,9 @@ def rubric(skill: Skill, dimension: str) -> str:
         head = ("Grade how right and useful each candidate's output is for this exact input: does it state "
                 "true things about the input, cover what matters in it, and invent nothing? Give 1 for an "
                 "output an expert would accept as is, 0 for one that is wrong or unusable.")
-        body = ""
+        criteria = "\n".join(f"- {c}" for c in (task.criteria or ())) if task is not None else ""
+        body = (f"For this input, a correct output meets each of these criteria; grade by how many it meets:\n{criteria}"
+                if criteria else "")
     else:
         head = ("Grade how exactly each candidate's output matches the skill's Output Format section: "
                 "structure, fields, lengths, nothing extra. Give 1 for an exact match, 0 for none.")
@@ -157,7 +164,7 @@ def _retry_after(error: Exception) -> float | None:
         return None
 
 
-async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outputs: list[str], dimension: str,
+async def _ruler(judge: Judge, params: dict, skill: Skill, task: Task, outputs: list[str], dimension: str,
                  usage: JudgeUsage):
     """One RULER call for one dimension, retried; returns [(score, explanation)] in output order. Every judge
     response, a retried one included, is counted into `usage`."""
@@ -169,11 +176,11 @@ async def _ruler(judge: Judge, params: dict, skill: Skill, task_input: str, outp
 
     group = art.TrajectoryGroup(
         art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
-                                             {"role": "user", "content": task_input},
+                                             {"role": "user", "content": task.input},
                                              {"role": "assistant", "content": _as_data(o)}], reward=0.0)
         for o in outputs
     )
-    text = rubric(skill, dimension)
+    text = rubric(skill, dimension, task)
     delay, error = judge.backoff, None
     for attempt in range(judge.attempts):
         try:
@@ -211,6 +218,9 @@ class GroupResult:
     usage: JudgeUsage = field(default_factory=JudgeUsage)  # the judge's tokens and cost for this group
 
 
+_SAID: set[str] = set()  # judge cache files already named on stderr in this process
+
+
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -226,6 +236,7 @@ class Scorer:
         self.fns = skill_checks(skill)
         self._params, self._params_loop = None, None
         self.usage = JudgeUsage()  # every group scored so far
+        self._cache: JudgeCache | None = None  # opened at the first judge call
         self.check_errors: dict[str, int] = {}
         self._report = report
 
@@ -264,10 +275,8 @@ class Scorer:
         loop = asyncio.get_running_loop()
         if self._params_loop is not loop:  # the judge's HTTP client belongs to one event loop
             self._params, self._params_loop = _litellm_params(self.judge), loop
-        out.judge_calls, out.judge_duplicates = len(dims), len(outputs) - len(distinct)
-        per_dim = await asyncio.gather(
-            *(_ruler(self.judge, self._params, self.skill, task.input, distinct, d, out.usage) for d in dims),
-            return_exceptions=True)
+        out.judge_calls, out.judge_duplicates = len(dims), len(outputs) - len(distinct)  # calls: to the judge or its cache
+        per_dim = await asyncio.gather(*(self._judged(task, distinct, d, out.usage) for d in dims), return_exceptions=True)
         self.usage.add(out.usage)
         failed = [e for e in per_dim if isinstance(e, Exception)]
         if failed:
@@ -281,3 +290,41 @@ class Scorer:
             ]
         out.seconds = time.perf_counter() - start
         return out
+
+    async def _judged(self, task: Task, distinct: list[str], dimension: str, usage: JudgeUsage) -> list[tuple[float, str]]:
+        """One dimension's judgement of the group: from the judge cache when this exact call was paid for before,
+        else from the judge (and then stored)."""
+        cache, key = self.cache, None
+        if cache is not None:
+            key = judge_cache.key(self.judge.model, self.judge.base_url, rubric(self.skill, dimension, task), self.skill.body,
+                                  task.input, distinct)
+            if (hit := cache.get(key, len(distinct))) is not None:
+                return hit
+        own = JudgeUsage()
+        try:
+            result = await _ruler(self.judge, self._params, self.skill, task, distinct, dimension, own)
+        finally:
+            usage.add(own)  # paid for, answered or not
+        if cache is not None:
+            cache.put(key, result, own)
+        return result
+
+    @property
+    def cache(self) -> JudgeCache | None:
+        """The judge cache, opened (and its place said, once per process) at first use; None when off."""
+        if self._cache is None and self.judge is not None and self.judge.cache:
+            self._cache = JudgeCache(Path(self.judge.cache), report=self._report)
+            if self.judge.cache not in _SAID:
+                _SAID.add(self.judge.cache)
+                self._report(f"judge cache: {self.judge.cache} (a judge call made before is answered from it; "
+                             "--no-judge-cache judges every group afresh)")
+        return self._cache
+
+    @property
+    def cache_tally(self) -> judge_cache.Tally | None:
+        """The cache's hits, misses and what the hits saved; None when no cache was used."""
+        return self._cache.tally if self._cache is not None else None
+
+    def cache_line(self) -> str | None:
+        """For summaries: one line, or None when no cache was used."""
+        return self._cache.tally.describe() if self._cache is not None else None

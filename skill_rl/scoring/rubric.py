@@ -93,7 +93,7 @@ def reference_problems(skill: Skill) -> list[str]:
             task, error = first[fn.__name__]
             more = counts[fn.__name__] - 1
             lines.append(f"{where(fn)}: check '{fn.__name__}' failed on the "
-                         f"reference of task '{task.id}' ({display(skill.path / 'tasks.jsonl')}:{task.line}): {error}"
+                         f"reference of task '{task.id}' ({display(skill.tasks_path)}:{task.line}): {error}"
                          + (f" (and on {more} more reference(s))" if more else ""))
     return lines
 

@@ -11,6 +11,7 @@ line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'tra
     skill.py        Skill, Task, Section; SkillError and the one-line problem
     frontmatter.py  SKILL.md: frontmatter and body
     tasks.py        tasks.jsonl
+    evals.py        evals/evals.json (skill-creator's test cases), as tasks when there is no tasks.jsonl
     usercode.py     checks.py and exploits.py, imported with a time limit
     files.py        atomic_write: whole files, never through a planted link
 """
@@ -24,6 +25,7 @@ from skill_rl.skills.files import atomic_write, replace_problem
 from skill_rl.skills.frontmatter import parse_body, parse_frontmatter, read_text, skill_settings, split_frontmatter
 from skill_rl.skills.skill import (BOM, DEFAULT_WEIGHTS, DIMENSIONS, MAX_LINE_CHARS, NAME_RE, Section, Skill, SkillError, Task,
                                    brief, display, problem, pydantic_problems, read_only, show)
+from skill_rl.skills.evals import EVALS, load_evals
 from skill_rl.skills.tasks import load_tasks, no_duplicate_keys, parse_task_line, read_jsonl
 from skill_rl.skills.usercode import lint_checks, lint_exploits, load_user_code, marked_exploits
 
@@ -51,13 +53,18 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
     sections, steps, rules = parse_body(md, body, body_line, problems)
     checks = load_user_code(folder, "checks.py", lint_checks, problems) if with_checks else None
     exploits = load_user_code(folder, "exploits.py", lint_exploits, problems) if with_checks else None
-    tasks = load_tasks(folder / "tasks.jsonl", getattr(checks, "Expect", None), problems) if with_tasks and with_checks else []
+    tasks_file = folder / "tasks.jsonl"
+    if not tasks_file.exists() and (folder / EVALS).exists():  # skill-creator's test cases, as tasks
+        tasks_file = folder / EVALS
+        tasks = load_evals(folder, fm.name if fm else None, problems) if with_tasks and with_checks else []
+    else:
+        tasks = load_tasks(tasks_file, getattr(checks, "Expect", None), problems) if with_tasks and with_checks else []
     if problems:
         raise SkillError(problems)
     return Skill(
         name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
         steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
-        derive=derive, exploits=exploits,
+        derive=derive, exploits=exploits, tasks_file=tasks_file,
     )
 
 

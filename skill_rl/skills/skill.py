@@ -76,6 +76,7 @@ class Task(BaseModel):
     split: Literal["train", "val"] = "train"
     expect: Any = None
     reference: str | None = None
+    criteria: list[str] | None = None  # statements the judge grades correctness against (evals.json's expectations)
     line: int = Field(0, exclude=True)  # where it came from, for messages
 
 
@@ -152,6 +153,11 @@ class Skill:
     tasks: tuple[Task, ...] = field(default=())
     derive: bool = True  # derive format checks from SKILL.md's prose (metadata `derive-checks`)
     exploits: ModuleType | None = None  # the skill's exploits.py, if any: degenerate policies (scoring/exploits.py)
+    tasks_file: Path | None = None  # where the tasks came from: tasks.jsonl, else evals/evals.json (skills/evals.py)
+
+    @property
+    def tasks_path(self) -> Path:
+        return self.tasks_file or self.path / "tasks.jsonl"
 
     def split(self, name: str) -> list[Task]:
         return [t for t in self.tasks if t.split == name]

@@ -34,10 +34,11 @@ from skill_rl.errors import Exit
 
 LOCAL_INSTALL = 'pip install --extra-index-url https://download.pytorch.org/whl/cu128 -e ".[backend]"'
 TINKER_INSTALL = 'pip install -e ".[tinker]"'
+SERVERLESS_INSTALL = 'pip install -e ".[serverless]"'
 NO_BACKEND = f"""no way to train was found on this machine. Pick one:
   - a CUDA GPU:      {LOCAL_INSTALL}   then  --backend local
                      (PyPI alone cannot install this: ART's backend extra pins torch 2.11.0+cu128)
-  - W&B Serverless:  set WANDB_API_KEY (in the environment or .env)   then  --backend serverless   (billed by W&B)
+  - W&B Serverless:  {SERVERLESS_INSTALL} and set WANDB_API_KEY   then  --backend serverless   (billed by W&B)
   - Tinker:          {TINKER_INSTALL} and set TINKER_API_KEY   then  --backend tinker   (billed by Tinker)
   - a CPU rehearsal: {cpu.TINY_INSTALL}   then  --backend cpu
                      (real RL of a 135M model on this CPU: slow, and it learns formats, not content)
@@ -162,6 +163,9 @@ def _check_serverless(base_model: str, args) -> None:
                       "(the list in ART 0.5.23's train-rl skill); pass one of them, or leave --base-model out")
     if args.gpu_memory is not None or args.lora_rank is not None:
         raise Exit(2, "--gpu-memory and --lora-rank have no effect on W&B Serverless, which sets its own; leave them out")
+    if not find_spec("wandb"):  # ART's Serverless backend imports it in the warm start, after the teacher was paid
+        raise Exit(2, f"--backend serverless needs the wandb package, which ART's W&B Serverless backend uses for its "
+                      f"warm start and checkpoints (only ART's GPU extra installs it): {SERVERLESS_INSTALL}")
 
 
 def _check_tinker(base_model: str, args) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import art
 
-from skill_rl import keys
+from skill_rl import configfile, keys
 from skill_rl.config import Run
 from skill_rl.errors import Exit
 from skill_rl.evaluate import print_table, summarize
@@ -99,7 +99,7 @@ class Trainer:
         self.train_tasks = fitting(skill, skill.split("train"), s)
         self.val_tasks = fitting(skill, skill.split("val")[:s.limit], s)
         if not self.train_tasks:
-            raise Exit(2, f"{skill.path / 'tasks.jsonl'}: no tasks with split 'train' to train on")
+            raise Exit(2, f"{skill.tasks_path}: no tasks with split 'train' to train on")
         random.Random(s.seed).shuffle(self.train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
         self.tasks = {t.id: t for t in skill.tasks}
         self.scorer = Scorer(skill, run.judge)
@@ -114,6 +114,7 @@ class Trainer:
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
+        configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
         await backends.register(t.model, t.backend, t.kind)
         t.monitor = Monitor.resume(t.dir / "history.jsonl")  # reward-hacking signs, per step
         t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
@@ -202,4 +203,6 @@ class Trainer:
             print(f"reward plot: {kept.where / PLOT_NAME}")
         print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
         print(self.totals.line())
+        if line := self.scorer.cache_line():
+            print(line)
         return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)

@@ -134,7 +134,7 @@ def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example
             continue
         task = by_id.get(ex.task_id)
         if task is None:
-            problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.path / 'tasks.jsonl')}"))
+            problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.tasks_path)}"))
         elif task.split != "train":
             problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is a {task.split} task; only train tasks may reach SFT"))
         else:
@@ -171,7 +171,7 @@ def prepare(args, skill: Skill, by_default: bool = False) -> Plan | None:
     elif args.teacher:
         problems.append("error: --teacher is used only with --sft-from teacher")
     if "references" in plan.sources and not any(t.reference for t in skill.split("train")):
-        problems.append(f"{display(skill.path / 'tasks.jsonl')}: --sft-from references: no train task has a 'reference'")
+        problems.append(f"{display(skill.tasks_path)}: --sft-from references: no train task has a 'reference'")
     for source in plan.sources:
         if source not in SOURCES:
             plan.from_files += read_examples(Path(source), skill, problems)
