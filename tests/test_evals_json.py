@@ -54,6 +54,7 @@ def test_a_tasks_jsonl_beside_it_wins(skills):
     assert [t.id for t in skill.tasks] == ["t"] and skill.tasks_path.name == "tasks.jsonl"
 
 
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_the_expectations_reach_the_judge_and_only_with_their_task(skills, server, tmp_path, capsys):
     src = tmp_path / "out.jsonl"
     src.write_text(json.dumps({"task_id": "1", "outputs": ["## Decisions\n- Retro on Thursday\n", "## Decisions\n"]}) + "\n"

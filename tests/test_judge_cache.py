@@ -39,6 +39,7 @@ def judged(records):
     return sorted((r["line"], r["index"], r["procedure"], r["correctness"], r["judge"]) for r in records)
 
 
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_a_second_score_of_the_same_file_makes_no_judge_call_and_says_what_it_saved(tmp_path, skills, server, capsys):
     rows = [{"input": DIFF, "outputs": GROUP}, {"input": DIFF.replace("2", "3"), "outputs": GROUP[:2]}]
     code, first, calls = score(skills, server, rows, tmp_path / "a.jsonl")
@@ -57,6 +58,7 @@ def test_a_second_score_of_the_same_file_makes_no_judge_call_and_says_what_it_sa
 
 @pytest.mark.parametrize("change", ["an output", "the order", "one more output", "the task", "the judge model",
                                     "the judge endpoint", "the rubric"])
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_anything_that_changes_the_judgement_misses(tmp_path, skills, server, capsys, change):
     rows = [{"input": DIFF, "outputs": GROUP}]
     assert score(skills, server, rows, tmp_path / "a.jsonl")[2] == 2
@@ -80,6 +82,7 @@ def test_anything_that_changes_the_judgement_misses(tmp_path, skills, server, ca
     assert calls == 2 and all(r["judged"] for r in records), capsys.readouterr().err
 
 
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_no_judge_cache_neither_reads_nor_writes_it(tmp_path, skills, server, capsys):
     rows = [{"input": DIFF, "outputs": GROUP}]
     assert score(skills, server, rows, tmp_path / "a.jsonl", "--no-judge-cache")[2] == 2
@@ -91,6 +94,7 @@ def test_no_judge_cache_neither_reads_nor_writes_it(tmp_path, skills, server, ca
     assert "judge cache" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_a_corrupt_cache_file_is_one_warning_moved_aside_and_a_fresh_cache(tmp_path, skills, server, capsys):
     where = Path(os.environ["XDG_CACHE_HOME"]) / "skill-rl" / "judge.sqlite3"
     where.parent.mkdir(parents=True)
@@ -105,6 +109,7 @@ def test_a_corrupt_cache_file_is_one_warning_moved_aside_and_a_fresh_cache(tmp_p
     assert score(skills, server, rows, tmp_path / "b.jsonl")[2] == 0  # the fresh cache works
 
 
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_a_cache_folder_that_cannot_be_made_is_a_warning_and_the_judge_is_asked(tmp_path, skills, server, capsys, monkeypatch):
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
@@ -147,6 +152,7 @@ def test_every_part_of_the_key_changes_it():
     assert cache.key(**{**base, "base_url": "http://h/v1/"}) == cache.key(**base)  # one endpoint, one judge
 
 
+@pytest.mark.slow  # the judge is ART's RULER: it imports torch
 def test_a_repeated_eval_of_the_same_answers_pays_the_judge_once_and_reports_the_hits(tmp_path, capsys):
     from openai_server import FakeOpenAI
 
