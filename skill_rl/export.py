@@ -231,9 +231,29 @@ def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | Non
         model = PeftModel.from_pretrained(copy.deepcopy(base), str(checkpoint)).merge_and_unload()
     except (ValueError, RuntimeError, KeyError) as e:  # an adapter of another model: shapes or names do not fit
         raise Exit(2, f"--export: {checkpoint} does not fit {base_model}: {brief(e)}; pass the --base-model it was trained on")
+    model = unquantized(model)
     model.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
     return type(model).__name__, license_
+
+
+def unquantized(model):
+    """A model loaded from a GGUF file holds dequantized weights but still says it is GGUF-quantized (its quantizer
+    and `quantization_config`), which transformers will not save: the same weights in a model built from the
+    configuration without it."""
+    import copy
+
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    return plain
 
 
 def load_base(base_model: str):
