@@ -3,7 +3,7 @@
     DIR/adapter/           the PEFT adapter as trained (for `vllm serve --enable-lora --lora-modules`)
     DIR/merged/            the LoRA merged into its base model: safetensors, tokenizer, chat template
     DIR/system_prompt.txt  SKILL.md's body: the system message the model was trained under
-    DIR/Modelfile          for `ollama create`, when Ollama documents importing the architecture
+    DIR/Modelfile          for `ollama create`, when Ollama converts the architecture and the chat template is ChatML
     DIR/rewards.png        the run's reward plot, when it has one
     DIR/README.md          the model card
     DIR/export.json        what was exported from where, and every file written (what --force may replace)
@@ -31,10 +31,12 @@ from skill_rl.skills import brief, read_jsonl
 
 MANIFEST = "export.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-# Architectures Ollama documents importing from a safetensors folder (docs.ollama.com/import: Llama, Mistral,
-# Gemma, Phi3); a Modelfile is written only for these.
-OLLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "GemmaForCausalLM",
-                        "Gemma2ForCausalLM", "Phi3ForCausalLM")
+# Causal LMs whose safetensors folder Ollama's `ollama create` converts (ollama/ollama convert/convert.go,
+# LoadModelMetadata, read at commit 01cf744); a Modelfile is written only for these, and only with a ChatML
+# chat template, which it spells out: Ollama reads a chat template from tokenizer_config.json alone
+# (convert/tokenizer.go), and transformers 5 saves it as chat_template.jinja.
+OLLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM",
+                        "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -187,15 +189,16 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
     (tmp / "system_prompt.txt").write_text(skill.body)
     if (where / "rewards.png").is_file():
         shutil.copyfile(where / "rewards.png", tmp / "rewards.png")
-    architecture, license_ = merge(base_model, checkpoint, tmp / "merged")
-    ollama = architecture in OLLAMA_ARCHITECTURES and '"""' not in skill.body
+    architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
+    ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
+              and '"""' not in skill.body)  # SYSTEM """...""" cannot quote it
     if ollama:
         (tmp / "Modelfile").write_text(modelfile(skill))
     from skill_rl.card import model_card
 
     (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama))
     files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-    manifest = {"skill": skill.name, "run": str(where.resolve()), "checkpoint": str(checkpoint.resolve()),
+    manifest = {"skill": skill.name, "run": str(where), "checkpoint": str(checkpoint),
                 "base_model": base_model, "files": files + [MANIFEST]}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
@@ -218,7 +221,7 @@ def swap(tmp: Path, out: Path) -> None:
 
 def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | None]:
     """The adapter merged into its base (PEFT merge_and_unload), saved as safetensors with the tokenizer and its
-    chat template; returns (architecture, the base model's license if its files say it)."""
+    chat template; returns (architecture, the base model's license if its files say it, the chat template)."""
     import copy
 
     cpu.quiet_threads()
@@ -234,7 +237,7 @@ def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | Non
     model = unquantized(model)
     model.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
-    return type(model).__name__, license_
+    return type(model).__name__, license_, str(getattr(tokenizer, "chat_template", "") or "")
 
 
 def unquantized(model):
@@ -309,12 +312,19 @@ def readme_license(path: Path) -> str | None:
     return found.group(1).strip("'\"") if found else None
 
 
+CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+"""
+
+
 def modelfile(skill) -> str:
-    """Ollama's Modelfile (docs.ollama.com/modelfile): the merged folder, SKILL.md as SYSTEM, greedy decoding."""
-    return (f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)\n"
-            "FROM ./merged\n"
-            f'SYSTEM """{skill.body.strip()}\n"""\n'
-            "PARAMETER temperature 0\n")
+    """Ollama's Modelfile (docs.ollama.com/modelfile) for a ChatML model (SmolLM2, Qwen2.5): the merged folder,
+    SKILL.md as SYSTEM, greedy decoding, the chat template in Ollama's syntax and its end-of-turn stop."""
+    lines = [f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)", "FROM ./merged",
+             f'SYSTEM """{skill.body.strip()}\n"""', f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
+             "PARAMETER temperature 0"]
+    return "\n".join(lines) + "\n"
 
 
 def sha256(path: Path) -> str:

@@ -267,6 +267,7 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, m
     assert (out / "rewards.png").exists() and (out / "system_prompt.txt").read_text().startswith("#")
     modelfile = (out / "Modelfile").read_text()
     assert "FROM ./merged" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
+    assert 'PARAMETER stop "<|im_end|>"' in modelfile and "{{ .Content }}<|im_end|>" in modelfile
     manifest = json.loads((out / export.MANIFEST).read_text())
     assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
