@@ -18,7 +18,7 @@ torch, transformers and PEFT are imported by the merge only.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import errno
 import json
 import os
 import shutil
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from skill_rl import cpu
 from skill_rl.errors import Exit
-from skill_rl.skills import brief, read_jsonl
+from skill_rl.skills import brief
 
 MANIFEST = "export.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -159,7 +159,7 @@ def base_model_of(s, where: Path, checkpoint: Path) -> str:
 
 def run(skill, setup) -> int:
     s = setup.settings
-    out = Path(s.export)
+    out = Path(os.path.abspath(s.export)) if Path(s.export).name in ("", ".", "..") else Path(s.export)
     if problem := target_problem(out, s.force):
         raise Exit(2, f"--export {out} {problem}")
     where = run_dir(s)
@@ -227,6 +227,7 @@ def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | Non
     cpu.quiet_threads()
     import torch
     from peft import PeftModel
+    from safetensors import SafetensorError
 
     torch.set_num_threads(cpu.threads())
     tokenizer, base, license_ = load_base(base_model)
@@ -235,8 +236,11 @@ def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | Non
     except (ValueError, RuntimeError, KeyError) as e:  # an adapter of another model: shapes or names do not fit
         raise Exit(2, f"--export: {checkpoint} does not fit {base_model}: {brief(e)}; pass the --base-model it was trained on")
     model = unquantized(model)
-    model.save_pretrained(dest, safe_serialization=True)
-    tokenizer.save_pretrained(dest)
+    try:
+        model.save_pretrained(dest, safe_serialization=True)
+        tokenizer.save_pretrained(dest)
+    except SafetensorError as e:  # safetensors' own error for a failed write (a full disk), not an OSError
+        raise OSError(errno.EIO, brief(e, 160)) from None
     return type(model).__name__, license_, str(getattr(tokenizer, "chat_template", "") or "")
 
 
@@ -285,7 +289,7 @@ def license_of(folder: Path, gguf: str | None) -> str | None:
         try:
             field = GGUFReader(str(folder / gguf)).get_field("general.license")
             return field.contents() if field is not None else None
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, IndexError, AttributeError):  # a header this reader cannot take
             return None
     return readme_license(folder / "README.md")
 
@@ -325,11 +329,3 @@ def modelfile(skill) -> str:
              f'SYSTEM """{skill.body.strip()}\n"""', f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
              "PARAMETER temperature 0"]
     return "\n".join(lines) + "\n"
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def history(where: Path) -> list[dict]:
-    return [r for r in read_jsonl(where / "history.jsonl") if isinstance(r, dict)] if (where / "history.jsonl").is_file() else []

@@ -135,6 +135,14 @@ def test_a_file_a_link_and_a_path_under_a_file_are_refused(in_tmp, capsys):
     assert (in_tmp / "file").read_text() == "keep" and list((in_tmp / "real").iterdir()) == []
 
 
+def test_the_working_folder_itself_is_refused_when_it_is_not_empty(in_tmp, capsys):
+    fake_run(in_tmp)
+    for target in (".", "..", str(in_tmp) + "/"):
+        code, _, err = export_cmd(capsys, "--export", target, "--run-name", RUN, "--base-model", "x", "--force")
+        assert code == 2 and "did not write" in one_line(err), target
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".art"]
+
+
 def test_checkpoint_needs_export(in_tmp, capsys):
     with pytest.raises(SystemExit) as e:
         train_skill.parse_args(["--skill", "git-commit", "--checkpoint", "best"])
