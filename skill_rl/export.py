@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 from skill_rl import cpu
@@ -230,6 +231,8 @@ def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | Non
     from safetensors import SafetensorError
 
     torch.set_num_threads(cpu.threads())
+    for chatter in ("`is_gradient_checkpointing` is deprecated", "Could not find a config file in"):  # transformers 5, PEFT on a GGUF folder
+        warnings.filterwarnings("ignore", message=chatter)
     tokenizer, base, license_ = load_base(base_model)
     try:
         model = PeftModel.from_pretrained(copy.deepcopy(base), str(checkpoint)).merge_and_unload()
