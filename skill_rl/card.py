@@ -100,9 +100,13 @@ def _training(where: Path, adapter: dict, rows: list[dict]) -> list[tuple[str, s
         out.append(("ART model.json", ", ".join(f"{k} {model[k]}" for k in ("name", "project", "base_model") if k in model)))
     if isinstance(state.get("skill_rl_warm_start"), dict):
         out.append(("warm start (--sft)", ", ".join(f"{k} {v}" for k, v in state["skill_rl_warm_start"].items())))
-    rates = sorted({r[k] for r in train_rows for k in r if k.endswith("learning_rate") and isinstance(r[k], (int, float))})
-    if rates:
-        out.append(("learning rate", ", ".join(f"{x:g}" for x in rates)))
+    last = lambda key: max((r[key] for r in rows if isinstance(r.get(key), (int, float))), default=None)  # noqa: E731
+    if last("data/cum/num_trajectories") is not None:
+        out.append(("trajectories gathered", f"{last('data/cum/num_trajectories'):.0f} in "
+                                             f"{last('data/cum/num_groups_submitted') or 0:.0f} groups"))
+    judged = [r["train/judged"] for r in train_rows if isinstance(r.get("train/judged"), (int, float))]
+    if judged:
+        out.append(("reward", "checks and the RULER judge" if any(judged) else "checks only (no judge)"))
     return out
 
 

@@ -226,7 +226,7 @@ def cpu_run(tmp_path_factory):
     model.save_pretrained(folder)
     torch.save(optimizer.state_dict(), folder / "optimizer.pt")
     rows = [{"step": 1, "val/reward": 0.31, "val/format": 0.5}, {"step": 2, "val/reward": 0.42, "val/format": 0.75},
-            {"step": 2, "train/learning_rate": 3e-4}]
+            {"step": 2, "train/judged": 0.0, "data/cum/num_trajectories": 16, "data/cum/num_groups_submitted": 4}]
     (where / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     return root, model
@@ -289,7 +289,8 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, m
                   "license (base model)", "license (skill)", "r 8, lora_alpha 16", "![Rewards over the run's steps](rewards.png)",
                   "at step 2", "| val/reward | 0.420 |", "| val/format | 0.750 |", "1: 0.310, 2: 0.420",
                   f"vllm serve {cpu.TINY_MODEL} --enable-lora --lora-modules {RUN}=./adapter", "vllm serve ./merged",
-                  "AutoModelForCausalLM.from_pretrained(\"merged\")", "system_prompt.txt", "ollama create git-commit"):
+                  "AutoModelForCausalLM.from_pretrained(\"merged\")", "system_prompt.txt", "ollama create git-commit",
+                  "| trajectories gathered | 16 in 4 groups |", "| reward | checks only (no judge) |", "| license (skill) | MIT |"):
         assert field in card, field
     assert (out / "rewards.png").exists() and (out / "system_prompt.txt").read_text().startswith("#")
     modelfile = (out / "Modelfile").read_text()
