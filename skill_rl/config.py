@@ -84,7 +84,7 @@ def export_run(s: argparse.Namespace, skill: Skill) -> None:
     kind = s.backend
     if kind in ("serverless", "tinker"):
         raise Exit(2, backends.REMOTE_WEIGHTS[kind])
-    if kind == "auto" and not (s.run_name and s.base_model):
+    if kind == "auto" and not s.run_name and not s.base_model:
         try:
             kind = backends.pick_backend("auto")[0]
         except Exit:  # no backend here: the run is named by the flags alone
