@@ -14,6 +14,7 @@ reward is a weighted rubric whose judged part is itself relative (RULER ranks th
     python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
     python train_skill.py --skill git-commit --tasks-from-git ../repo  # tasks from a repository's history
     python train_skill.py --skill git-commit --eval --model gpt-4.1-mini --model local=qwen@http://127.0.0.1:8000/v1
+    python train_skill.py --skill git-commit --export out/      # hand on a checkpoint: adapter, merged model, card
     python train_skill.py --list | --init NAME
 
 Re-running the same command resumes the run (same --run-name); Ctrl-C stops after the step.
@@ -29,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import config, configfile, flags, keys, mining
+from skill_rl import config, configfile, export, flags, keys, mining
 from skill_rl.training import backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
@@ -101,6 +102,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)
+    export.add_arguments(p)
     args = p.parse_args(argv)
     if args.config is not None:
         try:
@@ -109,6 +111,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.exit(2, f"error: {e}\n")
     if args.steps == 0 and not args.sft:
         p.error("argument --steps: 0 trains nothing; 0 is for a warm start alone (--sft)")
+    if args.checkpoint is not None and args.export is None:
+        p.error("--checkpoint goes with --export DIR")
     if args.context_tokens is not None and args.max_tokens is not None and args.context_tokens <= args.max_tokens:
         p.error(f"--context-tokens {args.context_tokens} leaves no room for a prompt beside --max-tokens {args.max_tokens}")
     return args
@@ -204,6 +208,8 @@ def run(args) -> int:
         if args.check:
             return cli.print_check(skill)
         setup = config.resolve(args, skill)  # every setting, once; problems exit 2 before anything runs
+        if args.export is not None:
+            return export.run(skill, setup)
         if args.score:
             from skill_rl import score
 

@@ -45,6 +45,9 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     from skill_rl.training import backends, warmstart
 
     s = argparse.Namespace(**vars(args))  # the parsed flags stay as parsed
+    if getattr(s, "export", None) is not None:
+        export_run(s, skill)
+        return Run(Settings(vars(s)))
     if s.score or s.eval:
         presets(s, None)
         return Run(Settings(vars(s)), judge(s))
@@ -59,12 +62,39 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     sft = warmstart.prepare(s, skill, by_default)  # --sft flags and files: every problem, before anything runs
     plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
     s.backend, s.base_model = plan.kind, plan.base_model
-    s.run_name = s.run_name or f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', s.base_model.split('/')[-1].lower())}"
+    s.run_name = s.run_name or run_name(skill, s.base_model)
     notes = ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
         notes = (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
         s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
+
+
+def run_name(skill: Skill, base_model: str) -> str:
+    """A run's default name: `<skill>-<base model's last path part, lower case>`."""
+    return f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', base_model.split('/')[-1].lower())}"
+
+
+def export_run(s: argparse.Namespace, skill: Skill) -> None:
+    """--export: the run named as training names it (--run-name, else the skill and the base model training would
+    pick: --base-model, else the default of --backend, `auto` picked as training picks it) and the checkpoint
+    (default best). Refuses a W&B Serverless or Tinker run, whose weights are not on this machine."""
+    from skill_rl.training import backends
+
+    s.checkpoint = s.checkpoint or "best"
+    kind = s.backend
+    if kind in ("serverless", "tinker"):
+        raise Exit(2, backends.REMOTE_WEIGHTS[kind])
+    if kind == "auto" and not s.run_name and not s.base_model:
+        try:
+            kind = backends.pick_backend("auto")[0]
+        except Exit:  # no backend here: the run is named by the flags alone
+            kind = None
+    base_model = s.base_model or backends.DEFAULT_BASE_MODEL.get(kind or "")
+    if not s.run_name and not base_model:
+        raise Exit(2, "--export: no backend is set up here to pick the default base model, so the run's name is "
+                      "unknown; pass the --run-name (or --base-model, or --backend) the training used")
+    s.run_name = s.run_name or run_name(skill, base_model)  # --base-model stays as given: the run's records name it
 
 
 def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None) -> None:

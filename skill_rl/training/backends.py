@@ -56,6 +56,11 @@ TRAIN_DEFAULTS = {"steps": 50, "groups_per_step": 8, "rollouts_per_group": 8, "m
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
           "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
 LORA_RANKS = (8, 16, 32, 64, 128)
+REMOTE_WEIGHTS = {  # what --export says of a run whose adapter is not on this machine
+    "serverless": "--export needs the adapter on this machine, and a W&B Serverless run keeps its checkpoints in W&B "
+                  "(the run's model artifacts, called by name at the base URL the run printed)",
+    "tinker": "--export needs the adapter on this machine, and a Tinker run keeps its weights on Tinker (the "
+              "tinker:// path in the run's checkpoints/NNNN/info.yaml)"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

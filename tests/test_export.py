@@ -1,0 +1,307 @@
+"""--export: a checkpoint handed on as an adapter, a merged model and a model card; and every refusal.
+
+The refusals run on hand-made run folders (a safetensors file written byte by byte), without torch. The `slow`
+tests build a CPU-backend checkpoint without training: the tiny model with the CPU backend's LoRA, its lora_B
+weights set to small random values (so that the merged model differs from the base), saved where a run saves.
+"""
+
+import errno
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+import train_skill
+from skill_rl import cpu, export
+
+RUN = "git-commit-smollm2-135m-instruct"  # the name training gives git-commit on the CPU's default model
+
+
+def tiny_safetensors(path: Path, cut: int = 0) -> None:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    data = struct.pack("<Q", len(header)) + header + b"\0" * 8
+    path.write_bytes(data[:len(data) - cut])
+
+
+def fake_run(root: Path, steps=(1, 2), val: dict | None = None, name: str = RUN) -> Path:
+    """A run folder as the CPU backend leaves it, with placeholder adapters (enough for every check before the merge)."""
+    where = root / ".art" / "skill-rl" / "models" / name
+    for step in steps:
+        folder = where / "checkpoints" / f"{step:04d}"
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "base_model_name_or_path": "nowhere"}))
+        tiny_safetensors(folder / "adapter_model.safetensors")
+    rows = [{"step": step, "val/reward": reward} for step, reward in (val or {}).items()]
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return where
+
+
+def export_cmd(capsys, *flags) -> tuple[int, str, str]:
+    code = train_skill.main(["--skill", "git-commit", *flags])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def one_line(err: str) -> str:
+    """The one error line (after at most the line saying what is being exported)."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("exporting ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_a_run_that_does_not_exist_is_one_line_and_writes_nothing(in_tmp, capsys):
+    code, _, err = export_cmd(capsys, "--export", "out", "--backend", "cpu")
+    assert code == 2 and f"no run .art/skill-rl/models/{RUN}" in one_line(err)
+    assert not (in_tmp / "out").exists()
+
+
+def test_a_step_without_a_checkpoint_names_the_steps_there(in_tmp, capsys):
+    fake_run(in_tmp, steps=(1, 3))
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--checkpoint", "2", "--base-model", "x")
+    assert code == 2 and "has no such checkpoint; it has steps 1, 3" in one_line(err)
+
+
+def test_a_checkpoint_cut_short_is_refused_before_anything_is_written(in_tmp, capsys):
+    where = fake_run(in_tmp, steps=(1,))
+    tiny_safetensors(where / "checkpoints/0001/adapter_model.safetensors", cut=4)
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
+    assert code == 2 and "adapter_model.safetensors is cut short" in one_line(err)
+    assert list(in_tmp.iterdir()) == [in_tmp / ".art"]
+
+
+def test_an_adapter_config_that_is_not_json_is_refused(in_tmp, capsys):
+    where = fake_run(in_tmp, steps=(1,))
+    (where / "checkpoints/0001/adapter_config.json").write_text("{not json")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
+    assert code == 2 and "adapter_config.json is not valid JSON" in one_line(err)
+
+
+def test_serverless_and_tinker_runs_are_refused_saying_where_their_weights_live(in_tmp, capsys):
+    code, _, err = export_cmd(capsys, "--export", "out", "--backend", "serverless")
+    assert code == 2 and "W&B Serverless run keeps its checkpoints in W&B" in one_line(err)
+    where = fake_run(in_tmp, steps=())
+    (where / "checkpoints/0004").mkdir(parents=True)
+    (where / "checkpoints/0004/info.yaml").write_text("sampler_weights_path: tinker://abc\n")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
+    assert code == 2 and "is a Tinker checkpoint" in one_line(err) and "tinker:// path" in err
+    assert not (in_tmp / "out").exists()
+
+
+def test_a_run_with_history_but_no_checkpoints_is_refused(in_tmp, capsys):
+    fake_run(in_tmp, steps=(), val={1: 0.5})
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
+    assert code == 2 and "has no checkpoints/ to export" in one_line(err)
+
+
+def test_a_folder_with_other_files_is_refused_with_and_without_force(in_tmp, capsys):
+    fake_run(in_tmp)
+    (in_tmp / "out").mkdir()
+    (in_tmp / "out/notes.txt").write_text("mine")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
+    assert code == 2 and "is not empty; pass --force" in one_line(err)
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x", "--force")
+    assert code == 2 and "did not write" in one_line(err)
+    assert (in_tmp / "out/notes.txt").read_text() == "mine"
+
+
+def test_force_refuses_an_earlier_export_with_a_file_added_to_it(in_tmp, capsys):
+    fake_run(in_tmp)
+    (in_tmp / "out").mkdir()
+    (in_tmp / "out" / export.MANIFEST).write_text(json.dumps({"files": ["README.md", export.MANIFEST]}))
+    (in_tmp / "out/README.md").write_text("card")
+    (in_tmp / "out/mine.txt").write_text("mine")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x", "--force")
+    assert code == 2 and "holds mine.txt, which the earlier export there did not write" in one_line(err)
+    assert (in_tmp / "out/mine.txt").exists()
+
+
+def test_a_file_a_link_and_a_path_under_a_file_are_refused(in_tmp, capsys):
+    fake_run(in_tmp)
+    (in_tmp / "file").write_text("keep")
+    (in_tmp / "real").mkdir()
+    (in_tmp / "link").symlink_to(in_tmp / "real")
+    for target, says in (("file", "is a file"), ("link", "is a symbolic link"), ("file/sub", "which is not a folder")):
+        code, _, err = export_cmd(capsys, "--export", target, "--run-name", RUN, "--base-model", "x", "--force")
+        assert code == 2 and says in one_line(err), target
+    assert (in_tmp / "file").read_text() == "keep" and list((in_tmp / "real").iterdir()) == []
+
+
+def test_the_working_folder_itself_is_refused_when_it_is_not_empty(in_tmp, capsys):
+    fake_run(in_tmp)
+    for target in (".", "..", str(in_tmp) + "/"):
+        code, _, err = export_cmd(capsys, "--export", target, "--run-name", RUN, "--base-model", "x", "--force")
+        assert code == 2 and "did not write" in one_line(err), target
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".art"]
+
+
+def test_checkpoint_needs_export(in_tmp, capsys):
+    with pytest.raises(SystemExit) as e:
+        train_skill.parse_args(["--skill", "git-commit", "--checkpoint", "best"])
+    assert e.value.code == 2 and "goes with --export" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_skill.parse_args(["--skill", "git-commit", "--export", "out", "--checkpoint", "0"])
+    assert "must be a step number" in capsys.readouterr().err
+
+
+def test_a_full_disk_mid_write_leaves_nothing_and_exits_1(in_tmp, capsys, monkeypatch):
+    fake_run(in_tmp)
+    calls = []
+
+    def full(src, dst, *a, **k):
+        calls.append(dst)
+        if len(calls) == 2:  # the adapter's config is written, its weights are not
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return Path(dst).write_bytes(Path(src).read_bytes())
+
+    monkeypatch.setattr(export.shutil, "copyfile", full)
+    torch_before = "torch" in sys.modules
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
+    assert code == 1 and "No space left on device" in one_line(err) and "nothing was left there" in err
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".art"]  # no out/, no .out.partial-*
+    assert torch_before or "torch" not in sys.modules  # the refusals and the copy import no torch
+
+
+def test_best_is_the_highest_mean_validation_and_latest_the_last_step(in_tmp):
+    where = fake_run(in_tmp, steps=(1, 2, 3), val={1: 0.2, 2: 0.9, 3: 0.4})
+    assert export.pick_checkpoint(where, "best")[0].name == "0002"
+    assert export.pick_checkpoint(where, "latest")[0].name == "0003"
+    (where / "history.jsonl").write_text("")
+    folder, why = export.pick_checkpoint(where, "best")
+    assert folder.name == "0003" and "names no best step" in why
+
+
+def test_the_base_model_comes_from_the_flag_then_arts_model_json_then_the_adapter(in_tmp, monkeypatch):
+    from argparse import Namespace
+
+    where = fake_run(in_tmp, steps=(1,))
+    checkpoint = where / "checkpoints/0001"
+    assert export.base_model_of(Namespace(base_model="given"), where, checkpoint) == "given"
+    (where / "model.json").write_text(json.dumps({"name": "skill-git-commit", "base_model": "Qwen/Qwen2.5-3B-Instruct"}))
+    assert export.base_model_of(Namespace(base_model=None), where, checkpoint) == "Qwen/Qwen2.5-3B-Instruct"
+    (where / "model.json").unlink()
+    tiny = in_tmp / "site" / cpu.TINY_FILE
+    tiny.parent.mkdir()
+    monkeypatch.setattr(export.cpu, "tiny_weights", lambda: tiny)
+    (checkpoint / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny.parent)}))
+    assert export.base_model_of(Namespace(base_model=None), where, checkpoint) == cpu.TINY_MODEL
+    (checkpoint / "adapter_config.json").write_text("{}")
+    with pytest.raises(export.Exit, match="pass --base-model"):
+        export.base_model_of(Namespace(base_model=None), where, checkpoint)
+
+
+# ------------------------------------------------------------------ the real thing, on the tiny model
+
+
+needs_cpu = pytest.mark.skipif(not cpu.available(), reason=f"needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}")
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """A CPU run's folder with one checkpoint at step 2 (adapter + optimizer), a history and a reward plot."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    root = tmp_path_factory.mktemp("cpu-run")
+    where = root / ".art" / "skill-rl" / "models" / RUN
+    tokenizer, base = cpu.load_base(*cpu.locate(cpu.TINY_MODEL))
+    torch.manual_seed(0)
+    model = get_peft_model(copy.deepcopy(base), LoraConfig(task_type="CAUSAL_LM", **cpu.LORA))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    folder = where / "checkpoints" / "0002"
+    model.save_pretrained(folder)
+    torch.save(optimizer.state_dict(), folder / "optimizer.pt")
+    rows = [{"step": 1, "val/reward": 0.31, "val/format": 0.5}, {"step": 2, "val/reward": 0.42, "val/format": 0.75},
+            {"step": 2, "train/judged": 0.0, "data/cum/num_trajectories": 16, "data/cum/num_groups_submitted": 4}]
+    (where / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    return root, model
+
+
+def greedy(tokenizer, model, skill, tasks) -> list[str]:
+    import torch
+
+    outs = []
+    for task in tasks:
+        messages = [{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}]
+        inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        outs.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))
+    return outs
+
+
+@pytest.mark.slow
+@needs_cpu
+def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(cpu_run, monkeypatch, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skill_rl.skills import find_skill, load_skill, skill_dirs
+
+    root, adapted = cpu_run
+    monkeypatch.chdir(root)
+    code, out, err = export_cmd(capsys, "--export", "out", "--backend", "cpu")
+    assert code == 0, err
+    assert "step 2, the best: mean val/reward 0.420" in err and "exported to out" in out
+    skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
+    tasks = skill.split("val")[:3]
+    merged_dir = root / "out" / "merged"
+    assert not (merged_dir / "adapter_config.json").exists()
+    tokenizer = AutoTokenizer.from_pretrained(merged_dir)
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    assert "peft" not in type(merged).__module__
+    base_tokenizer, base = cpu.load_base(*cpu.locate(cpu.TINY_MODEL))
+    with adapted.disable_adapter():
+        plain = greedy(base_tokenizer, adapted, skill, tasks)
+    want = greedy(base_tokenizer, adapted, skill, tasks)
+    got = greedy(tokenizer, merged, skill, tasks)
+    assert got == want and want != plain
+    assert tokenizer.chat_template == base_tokenizer.chat_template
+
+
+@pytest.mark.slow
+@needs_cpu
+def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, monkeypatch, capsys):
+    import hashlib
+
+    root, _ = cpu_run
+    monkeypatch.chdir(root)
+    out = root / "out2"
+    assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--checkpoint", "latest")[0] == 0
+    assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    skill_md = Path(train_skill.HERE / "skills/git-commit/SKILL.md")
+    card = (out / "README.md").read_text()
+    for field in (cpu.TINY_MODEL, "LlamaForCausalLM", hashlib.sha256(skill_md.read_bytes()).hexdigest(),
+                  "license (base model)", "license (skill)", "r 8, lora_alpha 16", "![Rewards over the run's steps](rewards.png)",
+                  "at step 2", "| val/reward | 0.420 |", "| val/format | 0.750 |", "1: 0.310, 2: 0.420",
+                  f"vllm serve {cpu.TINY_MODEL} --enable-lora --lora-modules {RUN}=./adapter", "vllm serve ./merged",
+                  "AutoModelForCausalLM.from_pretrained(\"merged\")", "system_prompt.txt", "ollama create git-commit",
+                  "| trajectories gathered | 16 in 4 groups |", "| reward | checks only (no judge) |", "| license (skill) | MIT |"):
+        assert field in card, field
+    assert (out / "rewards.png").exists() and (out / "system_prompt.txt").read_text().startswith("#")
+    modelfile = (out / "Modelfile").read_text()
+    assert "FROM ./merged" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
+    assert 'PARAMETER stop "<|im_end|>"' in modelfile and "{{ .Content }}<|im_end|>" in modelfile
+    manifest = json.loads((out / export.MANIFEST).read_text())
+    assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+    (out / "merged" / "stale.bin").write_text("x")  # an earlier export's folder with a file added: refused
+    code, _, err = export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")
+    assert code == 2 and "merged/stale.bin" in err
+    (out / "merged" / "stale.bin").unlink()
+    assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")[0] == 0
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out2")) == []  # no partial or old folder left
