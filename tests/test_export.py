@@ -5,7 +5,9 @@ tests build a CPU-backend checkpoint without training: the tiny model with the C
 weights set to small random values (so that the merged model differs from the base), saved where a run saves.
 """
 
+import contextlib
 import errno
+import io
 import json
 import struct
 import sys
@@ -232,6 +234,17 @@ def cpu_run(tmp_path_factory):
     return root, model
 
 
+@pytest.fixture(scope="module")
+def exported(cpu_run):
+    """The run exported once to `out` (a merge takes a while): the exit status, stdout and stderr."""
+    root, _ = cpu_run
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.chdir(root)
+        code = train_skill.main(["--skill", "git-commit", "--export", "out", "--backend", "cpu"])
+    return code, out.getvalue(), err.getvalue()
+
+
 def greedy(tokenizer, model, skill, tasks) -> list[str]:
     import torch
 
@@ -247,14 +260,13 @@ def greedy(tokenizer, model, skill, tasks) -> list[str]:
 
 @pytest.mark.slow
 @needs_cpu
-def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(cpu_run, monkeypatch, capsys):
+def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(cpu_run, exported):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skill_rl.skills import find_skill, load_skill, skill_dirs
 
     root, adapted = cpu_run
-    monkeypatch.chdir(root)
-    code, out, err = export_cmd(capsys, "--export", "out", "--backend", "cpu")
+    code, out, err = exported
     assert code == 0, err
     assert "step 2, the best: mean val/reward 0.420" in err and "exported to out" in out
     skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
@@ -275,13 +287,13 @@ def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(c
 
 @pytest.mark.slow
 @needs_cpu
-def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, monkeypatch, capsys):
+def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, exported, monkeypatch, capsys):
     import hashlib
 
     root, _ = cpu_run
     monkeypatch.chdir(root)
-    out = root / "out2"
-    assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--checkpoint", "latest")[0] == 0
+    out = root / "out"
+    assert exported[0] == 0
     assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     skill_md = Path(train_skill.HERE / "skills/git-commit/SKILL.md")
     card = (out / "README.md").read_text()
@@ -304,4 +316,4 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, m
     assert code == 2 and "merged/stale.bin" in err
     (out / "merged" / "stale.bin").unlink()
     assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")[0] == 0
-    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out2")) == []  # no partial or old folder left
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out")) == []  # no partial or old folder left
