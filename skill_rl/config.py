@@ -54,6 +54,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
     if said_none and not s.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
         raise Exit(2, problem)
+    cache = model_cache(s.backend)  # before pick_backend, whose check of ART's vLLM runtime imports ART
     try:
         picked = backends.pick_backend(s.backend)
     except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
@@ -63,9 +64,9 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
     s.backend, s.base_model = plan.kind, plan.base_model
     s.run_name = s.run_name or run_name(skill, s.base_model)
-    notes = ()
+    notes = (cache,) if cache else ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
-        notes = (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
+        notes += (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
         s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
 
@@ -95,6 +96,27 @@ def export_run(s: argparse.Namespace, skill: Skill) -> None:
         raise Exit(2, "--export: no backend is set up here to pick the default base model, so the run's name is "
                       "unknown; pass the --run-name (or --base-model, or --backend) the training used")
     s.run_name = s.run_name or run_name(skill, base_model)  # --base-model stays as given: the run's records name it
+
+
+def model_cache(backend: str) -> str | None:
+    """For a local GPU run (--backend local, or auto on a machine with a GPU and ART's backend extra): HF_HOME,
+    when unset, set to the user's cache (`$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`), and a note
+    saying so; None otherwise.
+
+    With HF_HOME and XDG_CACHE_HOME unset, ART 0.5.23 points its vLLM runtime's HF_HOME at
+    `/tmp/art-cache/huggingface` (art/utils/cache_dirs.py, configure_model_cache_env), where a reboot loses the
+    base model's weights, while Unsloth in this process downloads them again into huggingface_hub's own default.
+    Set before ART is imported, both read that default, which outlives a reboot; --export (transformers, in its
+    own process) finds the weights there without being told."""
+    from skill_rl.training import backends
+
+    local = backend == "local" or (backend == "auto" and backends.has_gpu() and backends.backend_extra())
+    if not local or os.environ.get("HF_HOME"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ["HF_HOME"] = home = os.path.join(base, "huggingface")
+    return (f"note: HF_HOME was unset, so it is {home} for this run: the base model is downloaded there once, "
+            "for vLLM and Unsloth alike, and kept across reboots (set HF_HOME to choose another folder)")
 
 
 def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None) -> None:

@@ -125,3 +125,18 @@ def _blank_vars_unset():
         yield
     finally:
         os.environ.update(blank)
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether `url`'s server answers at all within `timeout` seconds (any HTTP status counts; proxies are
+    honoured). A cheap probe before work that would need the network minutes later (an upload, a download)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except urllib.error.HTTPError:  # the server answered, with an error status: it is there
+        return True
+    except (OSError, ValueError):  # URLError, a timeout, a refused connection, a malformed URL
+        return False

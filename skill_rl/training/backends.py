@@ -56,6 +56,7 @@ TRAIN_DEFAULTS = {"steps": 50, "groups_per_step": 8, "rollouts_per_group": 8, "m
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
           "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
 LORA_RANKS = (8, 16, 32, 64, 128)
+PACKAGE_INDEX = "https://pypi.org/simple/"  # where ART's vLLM runtime build gets most of its packages
 REMOTE_WEIGHTS = {  # what --export says of a run whose adapter is not on this machine
     "serverless": "--export needs the adapter on this machine, and a W&B Serverless run keeps its checkpoints in W&B "
                   "(the run's model artifacts, called by name at the base URL the run printed)",
@@ -119,8 +120,10 @@ def pick_backend(spec: str) -> tuple[str, str]:
     (no GPU and no training key) a CPU rehearsal when the [cpu] extra and the tiny model are installed."""
     if spec != "auto":
         return spec, "chosen with --backend"
-    gpu = Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi")
-    if gpu and find_spec("torch") and find_spec("unsloth"):
+    gpu = has_gpu()
+    if gpu and backend_extra():
+        if problem := offline_runtime_problem():
+            raise Exit(2, problem)
         return "local", "--backend auto found a CUDA GPU and ART's backend extra"
     if os.environ.get("WANDB_API_KEY"):
         return "serverless", ("--backend auto found " + ("a GPU but not ART's backend extra" if gpu else "no CUDA GPU")
@@ -130,8 +133,33 @@ def pick_backend(spec: str) -> tuple[str, str]:
     raise Exit(2, NO_BACKEND)
 
 
+def has_gpu() -> bool:
+    return Path("/proc/driver/nvidia").exists() or bool(shutil.which("nvidia-smi"))
+
+
+def backend_extra() -> bool:
+    """Whether ART's backend extra is installed (its torch and Unsloth), without importing either."""
+    return bool(find_spec("torch") and find_spec("unsloth"))
+
+
+def offline_runtime_problem() -> str | None:
+    """Why `auto` must not pick the local GPU: ART's first local run builds its vLLM runtime with `uv sync`
+    (from PyPI, download.pytorch.org and GitHub: art/vllm_runtime.py, _install_managed_runtime), which fails
+    minutes in on a machine that reaches none of them. None when the runtime is prepared (what `art runtime
+    status` reports), given (ART_VLLM_RUNTIME_BIN), or PyPI answers within 3 s."""
+    from skill_rl.env import reachable
+
+    if os.environ.get("ART_VLLM_RUNTIME_BIN") or _vllm_runtime_ready() or reachable(PACKAGE_INDEX):
+        return None
+    return ("--backend auto found a CUDA GPU, but ART's vLLM runtime is not prepared and "
+            f"{PACKAGE_INDEX} cannot be reached to build it: run `art runtime prepare` on this machine while it "
+            "has the network (same ART_VLLM_RUNTIME_CUDA_PROFILE and cache folder as the run), or set "
+            "ART_VLLM_RUNTIME_BIN to an installed art-vllm-runtime-server (--backend local skips this check); "
+            "see docs/backends.md")
+
+
 def _check_local() -> None:
-    if not (find_spec("torch") and find_spec("unsloth")):
+    if not backend_extra():
         raise Exit(2, f"--backend local needs a CUDA GPU and ART's backend extra: {LOCAL_INSTALL} "
                       "(the extra pins torch 2.11.0+cu128, which PyPI alone does not serve)")
     ensure_uv()
