@@ -1,7 +1,8 @@
 """The model card (README.md) of an export: what the model is, how it was trained, how it scored, how to run it.
 
 Everything in it comes from files: the skill's SKILL.md, the run's records (ART's model.json when the run has
-one, the adapter's config, history.jsonl, state.json) and the exported folder itself.
+one, the adapter's config, history.jsonl, state.json), the results.json of an --eval run named with --card-eval,
+and the exported folder itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from skill_rl.skills import DIMENSIONS, parse_frontmatter, read_jsonl, read_text
 
 
 def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: str, architecture: str,
-               base_license: str | None, ollama: bool) -> str:
+               base_license: str | None, ollama: bool, evaluation: dict | None = None) -> str:
     adapter = _json(checkpoint / "adapter_config.json")
     rows = [r for r in read_jsonl(where / "history.jsonl") if isinstance(r, dict)]
     name = s.run_name
@@ -36,6 +37,7 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
         "| `system_prompt.txt` | the system message the model was trained under |\n"
         + ("| `Modelfile` | for `ollama create` (FROM ./merged, the system message, greedy decoding) |\n" if ollama else "")
         + ("| `rewards.png` | the run's reward plot |\n" if (where / "rewards.png").is_file() else "")
+        + ("| `eval.png` | the `--eval` chart of the models compared below |\n" if evaluation and evaluation["chart"] else "")
         + f"| `{'export.json'}` | where this came from and every file written |\n",
         "## Model\n",
         _table([("base model", f"`{base_model}`"), ("architecture", architecture),
@@ -50,6 +52,8 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
     if (where / "rewards.png").is_file():
         parts.append("![Rewards over the run's steps](rewards.png)\n")
     parts += ["## Validation\n", _validation(rows)]
+    if evaluation:
+        parts += ["## Evaluation\n", _evaluation(evaluation)]
     parts += [
         "## Run it\n",
         "With transformers (from this folder):\n",
@@ -127,6 +131,17 @@ def _validation(rows: list[dict]) -> str:
     curve = ", ".join(f"{step}: {sum(v) / len(v):.3f}" for step, v in sorted(by_step.items()))
     return (f"The last validation, at step {last} (mean over the run's val tasks):\n\n" + _table(means)
             + f"\nMean val/reward by step: {curve}.\n")
+
+
+def _evaluation(e: dict) -> str:
+    """The table of an --eval run (--card-eval), with the judge that scored it and its chart."""
+    judge = f"judge `{e['judge']}`" if e["judge"] else "checks only (`--judge none`: the judged columns are empty)"
+    text = (f"From skill-rl's `--eval` on the skill's {e['split'] or 'held-out'} tasks, scored with {judge}. The rows "
+            "are named as `--eval` was given them (`--model label=ID@URL`): which one is this model is the "
+            "evaluator's labelling. `n` counts outputs scored; every task's outputs from all models were judged in "
+            "one group, so the judged columns compare the models head to head.\n\n" + e["table"] + "\n")
+    text += "".join(f"\n- {line}" for line in e["uplift"]) + ("\n" if e["uplift"] else "")
+    return text + ("\n![--eval scores per model](eval.png)\n" if e["chart"] else "")
 
 
 def _table(rows: list[tuple[str, str]]) -> str:

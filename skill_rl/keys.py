@@ -35,6 +35,13 @@ def collect(*flag_values: str | None) -> tuple[str, ...]:
     return _known
 
 
+def remember(secret: str) -> None:
+    """Add a secret read from elsewhere than the environment or a flag (a token file) to those redacted."""
+    global _known
+    if len(secret.strip()) >= MIN_LENGTH:
+        _known = tuple(sorted({*_known, secret.strip()}, key=len, reverse=True))
+
+
 def redact(text: str) -> str:
     """`text` with every known secret replaced by ***."""
     for key in _known:

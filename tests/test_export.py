@@ -200,6 +200,224 @@ def test_the_base_model_comes_from_the_flag_then_arts_model_json_then_the_adapte
         export.base_model_of(Namespace(base_model=None), where, checkpoint)
 
 
+# ------------------------------------------------------------------ a whole export with the merge stubbed (no torch)
+
+
+@pytest.fixture
+def no_merge(monkeypatch):
+    """export.merge without torch: a merged/ folder, and SmolLM2's architecture, license and ChatML template."""
+    def merge(base_model, checkpoint, dest):
+        dest.mkdir()
+        (dest / "config.json").write_text("{}")
+        return "LlamaForCausalLM", "apache-2.0", "<|im_start|>{{ message }}<|im_end|>"
+
+    monkeypatch.setattr(export, "merge", merge)
+
+
+def eval_folder(where: Path, skill_name: str = "git-commit", judge: str | None = "openai/gpt-4.1-mini") -> Path:
+    """An --eval --out folder as evaluate.write_results leaves it: base and trained rows, a judge, a chart."""
+    from skill_rl import evaluate
+    from skill_rl.scoring.reward import Judge
+
+    def row(label, fmt, overall):
+        return {"model": label, "n": 6, "failures": 0, "format": fmt, "procedure": 0.5, "correctness": 0.25,
+                "overall": overall, "ci95": (overall - 0.1, overall + 0.1), "checks": {"subject_max_72": fmt},
+                "truncated": 0, "baseline": False}
+
+    rows = [row("base", 0.125, 0.3), row("trained", 0.875, 0.7)]
+    result = {"rows": rows, "uplift": {}, "records": [], "errors": {"base": [], "trained": []}, "judge_failures": 0,
+              "check_errors": {}, "judged_dimensions": ("procedure", "correctness")}
+    skill = type("S", (), {"name": skill_name})
+    where.mkdir(parents=True)
+    evaluate.write_results(skill, result, where, None, "val")
+    data = json.loads((where / "results.json").read_text())
+    data["judge"] = Judge(model=judge).public() if judge else None  # what --eval writes with that judge
+    (where / "results.json").write_text(json.dumps(data))
+    return where
+
+
+def card_tables_and_images(card: str) -> tuple[list[list[list[str]]], list[str]]:
+    """The card as markdown-it renders it (tables on): each table's rows of cell texts, and every image's src."""
+    from markdown_it import MarkdownIt
+
+    tables, images, row = [], [], None
+    for tok in MarkdownIt("commonmark").enable("table").parse(card):
+        if tok.type == "table_open":
+            tables.append([])
+        elif tok.type == "tr_open":
+            row = []
+            tables[-1].append(row)
+        elif tok.type == "inline":
+            if row is not None:
+                row.append(tok.content)
+            images += [c.attrGet("src") for c in tok.children or [] if c.type == "image"]
+        elif tok.type == "table_close":
+            row = None
+    return tables, images
+
+
+def test_the_card_carries_the_eval_table_with_its_judge_and_both_images(in_tmp, capsys, no_merge):
+    where = fake_run(in_tmp, val={1: 0.2, 2: 0.4})
+    (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    eval_folder(in_tmp / "results" / "git-commit")
+    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", cpu.TINY_MODEL,
+                                "--card-eval", "results/git-commit")
+    assert code == 0, err
+    card = (in_tmp / "out" / "README.md").read_text()
+    tables, images = card_tables_and_images(card)
+    scored = [t for t in tables if t[0][:2] == ["model", "n"]]
+    assert len(scored) == 1 and [r[0] for r in scored[0][1:]] == ["base", "trained"]
+    header = scored[0][0]
+    assert scored[0][2][header.index("overall")] == "0.700" and scored[0][1][header.index("format")] == "0.125"
+    assert "judge `openai/gpt-4.1-mini`" in card
+    assert images == ["rewards.png", "eval.png"] and all((in_tmp / "out" / src).is_file() for src in images)
+    assert (in_tmp / "out" / "eval.png").read_bytes()[:4] == b"\x89PNG"
+    assert "eval.png" in json.loads((in_tmp / "out" / export.MANIFEST).read_text())["files"]
+
+
+def test_without_a_judge_the_card_says_checks_only_and_without_card_eval_it_has_no_eval_table(in_tmp, capsys, no_merge):
+    fake_run(in_tmp)
+    eval_folder(in_tmp / "results", judge=None)
+    assert export_cmd(capsys, "--export", "a", "--run-name", RUN, "--base-model", "x/y", "--card-eval", "results")[0] == 0
+    assert "checks only (`--judge none`" in (in_tmp / "a" / "README.md").read_text()
+    assert export_cmd(capsys, "--export", "b", "--run-name", RUN, "--base-model", "x/y")[0] == 0
+    tables, images = card_tables_and_images((in_tmp / "b" / "README.md").read_text())
+    assert not [t for t in tables if t[0][:1] == ["model"]] and images == [] and not (in_tmp / "b" / "eval.png").exists()
+
+
+def test_a_card_eval_of_another_skill_or_no_results_is_refused_before_anything_is_written(in_tmp, capsys, no_merge):
+    fake_run(in_tmp)
+    eval_folder(in_tmp / "other", skill_name="code-review")
+    (in_tmp / "broken").mkdir()
+    (in_tmp / "broken" / "results.json").write_text(json.dumps({"skill": "git-commit", "models": [{"model": "x"}]}))
+    for folder, said in (("other", "the results of skill 'code-review'"), ("nowhere", "cannot read results.json"),
+                         ("broken", "not what --eval writes")):
+        code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--card-eval", folder)
+        assert code == 2 and said in one_line(err)
+    assert not (in_tmp / "out").exists()
+
+
+def test_the_adapter_names_its_base_model_by_hub_id_not_the_training_machines_path(in_tmp, capsys, no_merge):
+    where = fake_run(in_tmp, steps=(1,))
+    assert export_cmd(capsys, "--export", "tiny", "--run-name", RUN, "--base-model", cpu.TINY_MODEL)[0] == 0
+    config = json.loads((in_tmp / "tiny" / "adapter" / "adapter_config.json").read_text())
+    assert config == {"r": 8, "base_model_name_or_path": cpu.TINY_MODEL}  # was "nowhere"; the rest as trained
+    (where / "model.json").write_text(json.dumps({"name": "m", "base_model": "Qwen/Qwen2.5-3B-Instruct"}))  # an ART run
+    assert export_cmd(capsys, "--export", "art", "--run-name", RUN)[0] == 0
+    config = json.loads((in_tmp / "art" / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "Qwen/Qwen2.5-3B-Instruct"
+    local = in_tmp / "models" / "mine.gguf"  # a base given as a file has no Hub id: its path stays
+    local.parent.mkdir()
+    local.write_bytes(b"GGUF")
+    assert export_cmd(capsys, "--export", "local", "--run-name", RUN, "--base-model", "models/mine.gguf")[0] == 0
+    assert json.loads((in_tmp / "local" / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == "nowhere"
+
+
+def dead_pid() -> int:
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: no process has this id now
+    return child.pid
+
+
+def test_a_killed_exports_partial_folder_is_removed_by_the_next_and_a_live_ones_is_kept(in_tmp, capsys, no_merge):
+    import os
+
+    fake_run(in_tmp)
+    dead, live = dead_pid(), os.getppid()
+    for pid in (dead, live):
+        (in_tmp / f".out.partial-{pid}" / "merged").mkdir(parents=True)
+        (in_tmp / f".out.partial-{pid}" / "merged" / "model.safetensors").write_bytes(b"half")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")
+    assert code == 0, err
+    said = [line for line in err.splitlines() if f".out.partial-{dead}" in line]
+    assert len(said) == 1 and said[0].startswith(f"removed .out.partial-{dead}:") and f"process {dead}, gone" in said[0]
+    assert sorted(p.name for p in in_tmp.iterdir() if p.name.startswith(".out")) == [f".out.partial-{live}"]
+
+
+def test_an_earlier_export_moved_aside_by_a_killed_export_is_put_back(in_tmp, capsys, no_merge):
+    fake_run(in_tmp)
+    assert export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")[0] == 0
+    dead = dead_pid()
+    (in_tmp / "out").rename(in_tmp / f".out.old-{dead}")  # killed between swap's two renames
+    (in_tmp / f".out.partial-{dead}").mkdir()
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")
+    assert code == 2 and "is not empty" in err  # DIR is the earlier export again, and --force is needed as before
+    assert f"put .out.old-{dead} back as out; removed .out.partial-{dead}" in err
+    assert (in_tmp / "out" / export.MANIFEST).is_file() and not any(p.name.startswith(".out") for p in in_tmp.iterdir())
+
+
+# ------------------------------------------------------------------ --push-to-hub
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_push_to_hub_offline_is_one_line_before_any_export_work(in_tmp, capsys, monkeypatch, no_merge):
+    fake_run(in_tmp)
+    token = "hf_" + "q7Zr2mXk9LpV4sWn8TbY3cHd"
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    stale = in_tmp / f".out.partial-{dead_pid()}"
+    stale.mkdir()
+    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
+    assert code == 2 and "cannot be reached" in one_line(err) and "nothing was exported" in err
+    assert token not in out + err
+    assert not (in_tmp / "out").exists() and stale.exists()  # not even the stale folder was touched
+
+
+def test_push_to_hub_without_a_token_is_one_line_before_any_export_work(in_tmp, capsys, monkeypatch, no_merge):
+    from huggingface_hub import constants
+
+    fake_run(in_tmp)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(in_tmp / "no-token"))
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
+    assert code == 2 and "no Hugging Face token" in one_line(err) and "HF_TOKEN" in err
+    assert not (in_tmp / "out").exists()
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--push-to-hub", "not a repo")
+    assert code == 2 and "owner/name" in one_line(err)
+
+
+def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, capsys, monkeypatch, no_merge):
+    import huggingface_hub
+
+    from skill_rl import env
+
+    calls = []
+
+    class Api:
+        def __init__(self, endpoint, token):
+            calls.append(("api", endpoint, token))
+
+        def create_repo(self, repo, **kw):
+            calls.append(("create", repo, kw))
+
+        def upload_folder(self, **kw):
+            calls.append(("upload", kw))
+            assert (Path(kw["folder_path"]) / "README.md").is_file()  # the export is whole by then
+
+    fake_run(in_tmp)
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "q7Zr2mXk9LpV4sWn8TbY3cHd")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(env, "reachable", lambda url, timeout=3.0: url == export.HUB)
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
+    assert code == 0, err
+    assert [c[0] for c in calls] == ["api", "create", "upload"] and calls[0][1] == export.HUB
+    upload = calls[2][1]
+    assert Path(upload["folder_path"]).resolve() == (in_tmp / "out").resolve() and upload["repo_id"] == "me/git-commit"
+    assert upload["ignore_patterns"] == [export.MANIFEST] and calls[1][2]["exist_ok"]
+    assert f"uploaded out to {export.HUB}/me/git-commit" in out
+
+
 # ------------------------------------------------------------------ the real thing, on the tiny model
 
 
