@@ -88,7 +88,7 @@ def export_run(s: argparse.Namespace, skill: Skill) -> None:
         raise Exit(2, backends.REMOTE_WEIGHTS[kind])
     if kind == "auto" and not s.run_name and not s.base_model:
         try:
-            kind = backends.pick_backend("auto")[0]
+            kind = backends.pick_backend("auto", to_train=False)[0]  # the merge needs no vLLM runtime
         except Exit:  # no backend here: the run is named by the flags alone
             kind = None
     base_model = s.base_model or backends.DEFAULT_BASE_MODEL.get(kind or "")

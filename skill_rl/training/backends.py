@@ -115,14 +115,15 @@ def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
     return Plan(kind, base_model, why)
 
 
-def pick_backend(spec: str) -> tuple[str, str]:
-    """(kind, why) for --backend; `auto` takes a local GPU with ART's backend extra, else W&B Serverless, else
-    (no GPU and no training key) a CPU rehearsal when the [cpu] extra and the tiny model are installed."""
+def pick_backend(spec: str, to_train: bool = True) -> tuple[str, str]:
+    """(kind, why) for --backend; `auto` takes a local GPU with ART's backend extra (to train: when ART's vLLM
+    runtime is there or can be built, else exit 2), else W&B Serverless, else (no GPU and no training key) a CPU
+    rehearsal when the [cpu] extra and the tiny model are installed."""
     if spec != "auto":
         return spec, "chosen with --backend"
     gpu = has_gpu()
     if gpu and backend_extra():
-        if problem := offline_runtime_problem():
+        if to_train and (problem := offline_runtime_problem()):
             raise Exit(2, problem)
         return "local", "--backend auto found a CUDA GPU and ART's backend extra"
     if os.environ.get("WANDB_API_KEY"):
