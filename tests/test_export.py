@@ -418,6 +418,33 @@ def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, ca
     assert f"uploaded out to {export.HUB}/me/git-commit" in out
 
 
+def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_kept(in_tmp, capsys, monkeypatch, no_merge):
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from skill_rl import env
+
+    token = "hf_" + "Wm4Kx8Rt2Pq6Zs9Lb3Nv7Jd"
+
+    class Refusing:
+        def __init__(self, endpoint, token):
+            self.token = token
+
+        def create_repo(self, repo, **kw):
+            raise PermissionError(f"403 Forbidden: token {self.token} may not write to {repo}")
+
+    fake_run(in_tmp)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    (in_tmp / "token").write_text(token)  # what `hf auth login` saves: not in the environment
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(in_tmp / "token"))
+    monkeypatch.setattr(env, "reachable", lambda url, timeout=3.0: True)
+    monkeypatch.setattr(huggingface_hub, "HfApi", Refusing)
+    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/m")
+    assert code == 1 and "the upload failed (PermissionError: 403 Forbidden: token *** may not" in one_line(err)
+    assert token not in out + err and "hf upload me/m out" in err and (in_tmp / "out" / "README.md").is_file()
+
+
 # ------------------------------------------------------------------ the real thing, on the tiny model
 
 

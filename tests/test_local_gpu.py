@@ -4,7 +4,6 @@ reboot. The GPU, ART's backend extra, the runtime check and the network probe ar
 GPU, no ART import, no network."""
 
 import os
-from pathlib import Path
 
 import pytest
 
