@@ -110,20 +110,26 @@ class Server:
                 return
 
     def _run(self, jobs: list[_Job]) -> None:
-        """Generate for the jobs, those of one prompt and settings together (a group's rollouts share one prefix)."""
-        same: dict[tuple, list[_Job]] = {}
+        """Generate for the jobs: those with the same settings as one batch (a decoding step runs them all), each
+        prompt's prefix computed once for its rows (a group's rollouts share one prompt)."""
+        same: dict[tuple, dict[tuple, list[_Job]]] = {}
         for job in jobs:
-            same.setdefault((tuple(job.prompt), job.temperature, job.max_tokens, job.adapter), []).append(job)
-        for (prompt, temperature, max_tokens, adapter), group in same.items():
-            for i in range(0, len(group), GEN_BATCH):
-                chunk = group[i:i + GEN_BATCH]
+            same.setdefault((job.temperature, job.max_tokens, job.adapter), {}).setdefault(tuple(job.prompt), []).append(job)
+        for (temperature, max_tokens, adapter), by_prompt in same.items():
+            queue_ = [(prompt, job) for prompt, group in by_prompt.items() for job in group]
+            for i in range(0, len(queue_), GEN_BATCH):
+                chunk = queue_[i:i + GEN_BATCH]
+                prompts: dict[tuple, int] = {}
+                for prompt, _ in chunk:
+                    prompts[prompt] = prompts.get(prompt, 0) + 1
                 try:
-                    samples = self.policy.generate(list(prompt), len(chunk), temperature, max_tokens, adapter)
+                    samples = self.policy.generate_many([(list(p), n) for p, n in prompts.items()], temperature,
+                                                        max_tokens, adapter)
                 except Exception as e:  # handed to the waiting request, which answers 500 with it
-                    for j in chunk:
+                    for _, j in chunk:
                         j.done.set_exception(e)
                     continue
-                for j, sample in zip(chunk, samples):
+                for (_, j), sample in zip(chunk, samples):
                     j.done.set_result(sample)
 
 
