@@ -133,6 +133,55 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
     assert {h["step"] for h in history(run_dir) if "val/reward" in h} == {0, 1}  # the base model, then the warm start
     assert "the base model, before the warm start" in out and "best validation reward" in out and "at step 1" in out
 
+    import torch
+
+    saved = torch.load(run_dir / "checkpoints" / "0001" / "optimizer.pt", weights_only=True)
+    assert saved["phase"] == "sft" and {float(s["step"]) for s in saved["state"].values()} == {1.0}  # one batch of 2 examples
+    # resumed for one RL step: the warm start's AdamW moments are forgotten, so RL's optimizer has taken one step, not 2
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "1", "--sft", *TINY_RUN]) == 0
+    saved = torch.load(run_dir / "checkpoints" / "0002" / "optimizer.pt", weights_only=True)
+    assert saved["phase"] == "rl" and {float(s["step"]) for s in saved["state"].values()} == {1.0}
+
+
+def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradient(tmp_path, monkeypatch):
+    """The system prompt computed once for a batch (CPUBackend._sft_losses) changes no figure: same loss, same
+    gradient as one full pass per example, in float32."""
+    import art
+    import torch
+    from art.preprocessing.tokenize import tokenize_sft_batch
+    from art.utils.model_config import get_instruction_response_parts
+    from skill_rl.cpu.backend import CPUBackend, _next
+
+    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    system = "Answer in capitals. " * 20
+    trajectories = [art.Trajectory(messages_and_choices=[{"role": "system", "content": system}, {"role": "user", "content": q},
+                                                         {"role": "assistant", "content": a}], reward=0.0)
+                    for q, a in (("say hi", "HI THERE"), ("name a colour, and say why you like it", "BLUE, THE SEA"))]
+    batch = tokenize_sft_batch(trajectories, 1e-3, policy.tokenizer, *get_instruction_response_parts(cpu.TINY_MODEL, policy.tokenizer))
+    backend = CPUBackend.__new__(CPUBackend)
+    backend.policy = policy
+
+    def per_example():
+        for t in batch.trajectory_tensors:
+            needed = _next(t["labels"] != -100)
+            yield -(policy.token_logprobs(t["input_ids"], t["attention_mask"], None, needed) * needed).sum() / batch.num_trainable_tokens
+
+    def loss_and_gradient(losses):
+        policy.model.zero_grad()
+        total = 0.0
+        for loss in losses:
+            loss.backward()
+            total += float(loss)
+        return total, torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
+
+    for p in policy.model.parameters():  # LoRA's B starts at zero: give the adapter something to differentiate
+        if p.requires_grad:
+            p.data.normal_(0, 0.02)
+    (want, want_grad), (got, got_grad) = loss_and_gradient(per_example()), loss_and_gradient(backend._sft_losses(batch))
+    assert got == pytest.approx(want, rel=1e-5)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
+
 
 def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tmp_path):
     import train_skill

@@ -144,7 +144,7 @@ class CPUBackend:
             if batch.num_trainable_tokens:
                 batches.append(batch)
         for batch in batches:
-            metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch))
+            metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch), "sft")
             yield {**metrics, "data/step_num_trajectories": float(len(examples)),
                    "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
                    "data/step_num_gradient_steps": float(len(batches))}
@@ -152,12 +152,25 @@ class CPUBackend:
             await self._run(self.policy.save, self._checkpoint(model, await self._get_step(model) + 1))
 
     def _sft_losses(self, batch):
-        """Cross-entropy of each example's labelled tokens, summed over the batch's trainable tokens."""
-        for t in batch.trajectory_tensors:
-            ids, labels = t["input_ids"], t["labels"]
-            needed = _next(labels != -100)
-            lp = self.policy.token_logprobs(ids, t["attention_mask"], None, needed)
-            yield -(lp * needed).sum() / batch.num_trainable_tokens
+        """Cross-entropy of the batch's labelled tokens over its trainable tokens, as one loss: the tokens every
+        example begins with (the system prompt: SKILL.md) computed once, with gradients, and each example's rest
+        run after it. The same loss and gradient as a full pass per example, with the shared prompt's forward
+        and backward paid once per batch rather than once per example."""
+        import torch
+
+        rows = [(t["input_ids"][0], t["labels"][0]) for t in batch.trajectory_tensors]
+        shared = min(len(ids) for ids, _ in rows) - 1
+        for ids, labels in rows:  # the prefix ends before the first trained token's predecessor
+            differ, first = (ids[:shared] != rows[0][0][:shared]).nonzero(), (labels != -100).nonzero()
+            shared = min(shared, int(differ[0]) if len(differ) else shared, int(first[0]) - 1 if len(first) else shared)
+        prefix = self.policy.prefix_cache(rows[0][0][:shared].unsqueeze(0), 1)
+        total = 0.0
+        for ids, labels in rows:
+            rest, trained = ids[shared:].unsqueeze(0), _next((labels[shared:] != -100).unsqueeze(0))
+            lp = self.policy.token_logprobs(rest, torch.ones(1, len(ids), dtype=torch.long),
+                                            torch.arange(shared, len(ids)).unsqueeze(0), trained, self.policy.fork(prefix))
+            total = total - (lp * trained).sum()
+        yield total / batch.num_trainable_tokens
 
     async def close(self) -> None:
         if self.server is not None:

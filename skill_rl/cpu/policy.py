@@ -53,6 +53,7 @@ class Policy:
                 p.data = p.data.float()
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
         self.lock = threading.Lock()
+        self.phase = "rl"  # what the optimizer's moments were last updated for: "sft" or "rl" (see step)
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
         self.stop_ids = {i for i in (self.tokenizer.eos_token_id, end) if i is not None}
         self.max_positions = getattr(base.config, "max_position_embeddings", None) or 2048
@@ -126,6 +127,17 @@ class Policy:
                 layer.batch_repeat_interleave(n)
         return cache
 
+    @staticmethod
+    def fork(cache):
+        """A cache that starts as `cache` and grows on its own: a forward pass appends to the copy only (the
+        shared tensors stay in the autograd graph of every fork)."""
+        from transformers import DynamicCache
+
+        copy_ = DynamicCache()
+        for i, layer in enumerate(cache.layers):
+            copy_.update(layer.keys, layer.values, i)
+        return copy_
+
     @contextmanager
     def _adapter(self, on: bool):
         if on:
@@ -148,11 +160,19 @@ class Policy:
         picked = -F.cross_entropy(out.logits.float().transpose(1, 2), targets, reduction="none")
         return torch.zeros(tokens.shape, dtype=picked.dtype).index_copy(1, cols, picked)
 
-    def step(self, learning_rate: float, losses) -> dict[str, float]:
-        """One optimizer step over the gradients of `losses` (an iterable of scalar tensors, backpropagated in turn)."""
+    def step(self, learning_rate: float, losses, phase: str = "rl") -> dict[str, float]:
+        """One optimizer step over the gradients of `losses` (an iterable of scalar tensors, backpropagated in turn).
+
+        The first RL step after a warm start forgets AdamW's moments: the warm start's cross-entropy gradients are
+        2-3 times the policy gradient's (grad norm 0.6-1.1 against 0.3 on git-commit), and a second moment that
+        remembers them (beta2 0.999: ~1,000 steps) would shrink RL's first steps by as much, while the first
+        moment pushed on toward the references."""
         import torch
 
         with self.lock:
+            if phase == "rl" and self.phase == "sft":
+                self.optimizer.state.clear()
+            self.phase = phase
             self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
@@ -176,7 +196,7 @@ class Policy:
         shutil.rmtree(tmp, ignore_errors=True)
         with self.lock:
             self.model.save_pretrained(tmp)
-            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            torch.save({**self.optimizer.state_dict(), "phase": self.phase}, tmp / "optimizer.pt")
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
 
@@ -194,6 +214,7 @@ class Policy:
             with self.lock:
                 result = set_peft_model_state_dict(self.model, weights)
                 if optimizer is not None:
+                    self.phase = optimizer.pop("phase", "rl")  # checkpoints before it was saved: RL's
                     self.optimizer.load_state_dict(optimizer)
         except Exception as e:  # a tampered file: whatever torch, safetensors or PEFT raise is one line
             raise Exit(2, f"{folder}: cannot load this checkpoint: {brief(e)}")
