@@ -66,6 +66,31 @@ def curve(run_dir: Path, seconds: dict[int, float]) -> list[dict]:
     return [rows[s] for s in sorted(rows)]
 
 
+def val_samples(run_dir: Path, step: int) -> tuple[list[float], list[float]]:
+    """Each val answer's reward and `conventional` score at `step` (ART's trajectory log)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(run_dir / "trajectories" / "val" / f"{step:04d}.parquet", columns=["reward", "metrics"])
+    metrics = [json.loads(m) if isinstance(m, str) else m for m in table.column("metrics").to_pylist()]
+    return table.column("reward").to_pylist(), [m.get("check/conventional", 0.0) for m in metrics]
+
+
+def rl_gain(run_dir: Path, rows: list[dict]) -> str:
+    """The last validation against the warm start's (step 1): val reward with 95 % bootstrap intervals over the
+    answers, and the sampled header rate (`conventional`)."""
+    from skill_rl.evaluate import _bootstrap
+
+    steps = [r["step"] for r in rows if r.get("val/reward") is not None]
+    if 1 not in steps or steps[-1] == 1:
+        return "no RL validation after the warm start to compare"
+    (warm, warm_h), (last, last_h) = val_samples(run_dir, 1), val_samples(run_dir, steps[-1])
+    (a, b), (c, d) = _bootstrap(warm), _bootstrap(last)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return (f"RL after the warm start: val reward {mean(warm):.3f} (95 % {a:.3f}-{b:.3f}, n={len(warm)}) at step 1 -> "
+            f"{mean(last):.3f} ({c:.3f}-{d:.3f}, n={len(last)}) at step {steps[-1]}: {mean(last) - mean(warm):+.3f}, intervals "
+            f"{'apart' if c > b or d < a else 'overlap'}; sampled header rate {mean(warm_h):.3f} -> {mean(last_h):.3f}")
+
+
 def show(rows: list[dict]) -> None:
     cols = ["train/reward", "train/format", "train/correctness", "val/reward", "val/format", "val/check/conventional",
             "val/correctness", "val/check/grounded", "seconds"]
@@ -127,6 +152,7 @@ def main() -> int:
         server.close()
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     show(rows)
+    print(rl_gain(run_dir, rows))
     trained = outputs(work / "eval", "trained")
     headers = Counter(o.strip().split("\n")[0] for o in trained)
     print(f"\nexit status of the run {code}; model load {load_s:.1f} s; training with validation {train_s / 60:.1f} min; "
