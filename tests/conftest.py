@@ -4,6 +4,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -84,6 +85,25 @@ def held_at(model: str, answer):
 
     policy.reached, policy.release = reached, release
     return policy
+
+
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def main_in_process(capfd, *argv) -> Ran:
+    """train_skill.main(argv) in this process, read as a subprocess's result: its exit status and what reached file
+    descriptors 1 and 2 (a library's own writes included). ART is imported once per worker, not once per run."""
+    from train_skill import main
+
+    capfd.readouterr()
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # a flag refused as it is parsed
+        code = e.code
+    return Ran(code, *capfd.readouterr())
 
 
 def read_until(stream, text: str) -> str:
