@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if WORKERS > 1:  # each xdist worker its share of the cores for torch (read when torch loads): two workers running
+    # torch's default thread count on the same cores oversubscribe them, and each step then took 2-4x as long here
+    for var in ("OMP_NUM_THREADS", "SKILL_RL_CPU_THREADS"):
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 from openai_server import FakeOpenAI  # noqa: E402
 
