@@ -191,7 +191,8 @@ def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_re
     cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--score", str(src), "--out", str(out)]
     with FakeOpenAI(judge_latency=0.5) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        judged = [*cmd, "--judge-base-url", server.url, "--judge-api-key", KEY]
+        judged = [*cmd, "--judge-base-url", server.url, "--judge-api-key", KEY,
+                  "--no-judge-cache"]  # else the resume reads the killed process's last answers from the cache
         proc = subprocess.Popen(judged, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         wait_for(lambda: out.exists() and out.read_text().count("\n") >= 6)
         proc.send_signal(signal.SIGKILL)
