@@ -65,10 +65,11 @@ def test_training_logs_and_prints_no_key_the_policy_or_judge_echoes(tmp_path):
         env.pop("WANDB_API_KEY", None)
         cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
                "--backend", "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-attempts", "1",
-               "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100", "--steps", "2",
+               "--groups-per-step", "2", "--rollouts-per-group", "4", "--eval-every", "100", "--steps", "2",
                "--max-exceptions", "0.5"]
         server.always_fail_judge = "echo"  # every judge answer quotes the key
         server.policy_faults.extend(["401-echo", "echo"])  # step 1: one rollout fails quoting it, one answer quotes it
+        # (4 rollouts a group: each group keeps 2 or more, whichever groups the two land in, and step 1 trains)
         server.fail_model["skill-git-commit@1"] = "401-echo"  # step 2 (on step 1's checkpoint): every rollout fails
         run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "step    1 | reward" in run.stdout and "rollout errors 2" in run.stdout, run.stderr[-2000:]
