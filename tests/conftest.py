@@ -4,6 +4,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -11,6 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if WORKERS > 1:  # each xdist worker its share of the cores for torch (read when torch loads): two workers running
+    # torch's default thread count on the same cores oversubscribe them, and each step then took 2-4x as long here
+    for var in ("OMP_NUM_THREADS", "SKILL_RL_CPU_THREADS"):
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 from openai_server import FakeOpenAI  # noqa: E402
 
@@ -84,6 +90,25 @@ def held_at(model: str, answer):
 
     policy.reached, policy.release = reached, release
     return policy
+
+
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def main_in_process(capfd, *argv) -> Ran:
+    """train_skill.main(argv) in this process, read as a subprocess's result: its exit status and what reached file
+    descriptors 1 and 2 (a library's own writes included). ART is imported once per worker, not once per run."""
+    from train_skill import main
+
+    capfd.readouterr()
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # a flag refused as it is parsed
+        code = e.code
+    return Ran(code, *capfd.readouterr())
 
 
 def read_until(stream, text: str) -> str:

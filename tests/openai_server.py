@@ -75,6 +75,7 @@ class FakeOpenAI:
         self.judge_faults: deque[str] = deque()
         self.always_fail_judge: str | None = None  # a fault to answer every judge call with
         self.always_fail_policy: str | None = None  # ... and every policy call
+        self.fail_model: dict[str, str] = {}  # model -> a fault for every policy call to it (a checkpoint: one step's rollouts)
         self.requests: list[dict] = []
         self.judge_prompts: list[str] = []
         self.usage_reported: list[dict] = []  # {"judge": bool, "prompt_tokens": n, "completion_tokens": n} per answer
@@ -191,7 +192,8 @@ class FakeOpenAI:
                 is_judge = isinstance(first, str) and "Grading standards" in first
                 queue = server.judge_faults if is_judge else server.policy_faults
                 with server._lock:
-                    fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else server.always_fail_policy)
+                    fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else (
+                        server.fail_model.get(request.get("model")) or server.always_fail_policy))
                 self.trickle = fault == "trickle"
                 time.sleep(server.judge_latency if is_judge else server.policy_latency)
                 key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")

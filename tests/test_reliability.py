@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import skills_ref
 
-from conftest import SMALL_DIFF as DIFF, held_at, small_git_commit, wait_for
+from conftest import SMALL_DIFF as DIFF, held_at, main_in_process, small_git_commit, wait_for
 from openai_server import FakeOpenAI, candidates
 from skill_rl.skills import load_skill
 from train_skill import main
@@ -149,7 +149,7 @@ def test_training_counts_rollout_errors_under_the_budget_and_stops_cleanly_over_
 
 
 @pytest.mark.slow
-def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tmp_path, small_skill):
+def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tmp_path, small_skill, monkeypatch, capfd):
     policy = held_at("skill-git-commit@1", answers())  # step 2's rollouts use the checkpoint of step 1
     with FakeOpenAI(policy_fn=policy) as server:
         proc = subprocess.Popen(train_cmd(small_skill, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
@@ -160,16 +160,21 @@ def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tm
         policy.release.set()
         log = next((tmp_path / ".art").rglob("dryrun.jsonl"))
         assert [s["step"] for s in lines_of(log)] == [1]
-        # the same command resumes: the killed process's lock is no obstacle, and step 2 is done once
-        again = subprocess.run(train_cmd(small_skill, server, "--steps", "3"), cwd=tmp_path, env=train_env(server),
-                               capture_output=True, text=True, timeout=120)
-        assert "starting at step 1 of 3" in again.stdout, again.stderr[-1500:]
+        # the same command resumes (in this process, where ART is loaded already): the killed process's lock is no
+        # obstacle, and step 2 is done once
+        for name, value in train_env(server).items():
+            monkeypatch.setenv(name, value)
+        flags = train_cmd(small_skill, server, "--steps", "3")[2:]  # without the interpreter and the script
+        monkeypatch.chdir(tmp_path)
+        again = main_in_process(capfd, *flags)
+        assert again.returncode == 0 and "starting at step 1 of 3" in again.stdout, again.stderr[-1500:]
         fresh = tmp_path / "fresh"
         fresh.mkdir()
-        subprocess.run(train_cmd(small_skill, server, "--steps", "3"), cwd=fresh, env=train_env(server),
-                       capture_output=True, text=True, timeout=120)
+        monkeypatch.chdir(fresh)
+        assert main_in_process(capfd, *flags).returncode == 0
     resumed, uninterrupted = lines_of(log), lines_of(next((fresh / ".art").rglob("dryrun.jsonl")))
     assert [s["step"] for s in resumed] == [1, 2, 3]
+    # the batches an uninterrupted run sees; step 1's came from another process (another hash seed)
     assert [s["task_ids"] for s in resumed] == [s["task_ids"] for s in uninterrupted]
 
 
@@ -177,7 +182,7 @@ def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(tm
 
 
 @pytest.mark.slow
-def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_rest(tmp_path):
+def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_rest(tmp_path, monkeypatch, capfd):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: raise it", f"fix: raise the limit {i}"]}) + "\n"
                            for i in range(24)))
@@ -186,7 +191,8 @@ def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_re
     cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--score", str(src), "--out", str(out)]
     with FakeOpenAI(judge_latency=0.5) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        judged = [*cmd, "--judge-base-url", server.url, "--judge-api-key", KEY]
+        judged = [*cmd, "--judge-base-url", server.url, "--judge-api-key", KEY,
+                  "--no-judge-cache"]  # else the resume reads the killed process's last answers from the cache
         proc = subprocess.Popen(judged, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         wait_for(lambda: out.exists() and out.read_text().count("\n") >= 6)
         proc.send_signal(signal.SIGKILL)
@@ -196,7 +202,8 @@ def test_score_killed_half_way_keeps_finished_groups_and_resume_does_only_the_re
         # every finished line's judgements are in; later ones are the resume's (or answers to requests the killed
         # process had in flight, which can only be for lines it did not finish)
         seen = len(server.judge_prompts)
-        run = subprocess.run([*judged, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        monkeypatch.chdir(tmp_path)
+        run = main_in_process(capfd, *judged[2:], "--resume")  # in this process, where ART is loaded already
         assert run.returncode == 0, run.stderr[-1500:]
         done = {json.loads(line)["line"] for line in before}
         judged_after = {lines_of_output[t] for p in server.judge_prompts[seen:] for t in candidates(p)
@@ -218,7 +225,7 @@ def test_score_resume_drops_a_torn_line_and_a_half_written_group(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_eval_killed_half_way_resumes_without_redoing_finished_tasks(tmp_path):
+def test_eval_killed_half_way_resumes_without_redoing_finished_tasks(tmp_path, monkeypatch, capfd):
     out = tmp_path / "eval"
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit", policy_latency=0.3) as server:
         cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}",
@@ -231,7 +238,8 @@ def test_eval_killed_half_way_resumes_without_redoing_finished_tasks(tmp_path):
         proc.wait(timeout=30)
         done = {r["task_id"] for r in lines_of(log)}
         seen = len(server.requests)  # later requests are the resume's (or ones the killed process had in flight)
-        run = subprocess.run([*cmd, "--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        monkeypatch.chdir(tmp_path)
+        run = main_in_process(capfd, *cmd[2:], "--resume")
         assert run.returncode == 0, run.stderr[-1500:]
         task_of = {t.input: t.id for t in load_skill(ROOT / "skills/git-commit").tasks}
         asked_after = {task_of[r["messages"][-1]["content"]] for r in server.requests[seen:]}

@@ -3,15 +3,12 @@ scored as failing on that output, counted, reported once, and the exit status sa
 pass, class 3). Every shipped check is linear on pathological outputs (class 4)."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import small_git_commit
+from conftest import main_in_process, small_git_commit
 from openai_server import FakeOpenAI
 from skill_rl.scoring import checks
 from skill_rl import skills
@@ -318,23 +315,25 @@ def test_eval_counts_check_errors_and_exits_1(tmp_path, capsys, fast_budget):
     assert len([line for line in err.splitlines() if "check 'bad'" in line]) == 1
 
 
-@pytest.mark.slow
-def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path):
+@pytest.mark.slow  # in process, but the training loop loads ART (and so torch)
+@pytest.mark.timeout(300)  # a hang guard: the hanging check is stopped by its time limit
+def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path, monkeypatch, capfd):
     skills = small_git_commit(tmp_path, train=4, val=1)
     with open(skills / "git-commit" / "checks.py", "a") as f:
         f.write('\n\n@check("format")\ndef explodes(output, task):\n    return 1 / 0\n\n\n'
                 '@check("procedure")\ndef hangs(output, task):\n    while True:\n        pass\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url}
-        run = subprocess.run([sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
-                              "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--steps", "1",
-                              "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+        run = main_in_process(capfd, "--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+                              "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2",
+                              "--eval-every", "100")
     assert run.returncode == 1, run.stderr[-2000:]
     assert "step    1 | reward" in run.stdout and "check errors 12" in run.stdout  # 2 checks x (2 x 2 train + 1 x 2 val)
     assert len([line for line in run.stderr.splitlines() if "check 'explodes'" in line]) == 1
     assert len([line for line in run.stderr.splitlines() if "check 'hangs'" in line]) == 1
-    assert "Traceback" not in run.stderr  # the hang was stopped: the step finished (subprocess.run's timeout is the bound)
+    assert "Traceback" not in run.stderr  # the hang was stopped: the step finished
 
 
 # ------------------------------------------------------------------ catastrophic regexes (class 4)

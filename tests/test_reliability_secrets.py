@@ -56,6 +56,8 @@ def test_eval_shows_no_key_a_model_or_the_judge_echoes(tmp_path, capsys, monkeyp
 
 
 def test_training_logs_and_prints_no_key_the_policy_or_judge_echoes(tmp_path):
+    """One training process (a fresh interpreter: what its loggers and asyncio print at exit is seen too): step 1
+    keeps going past two failed rollouts, step 2's all fail and stop the run; every error quotes the key."""
     skills = small_git_commit(tmp_path, train=4, val=1)
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url, "SKILL_RL_POLICY_API_KEY": KEY,
@@ -63,15 +65,16 @@ def test_training_logs_and_prints_no_key_the_policy_or_judge_echoes(tmp_path):
         env.pop("WANDB_API_KEY", None)
         cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
                "--backend", "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-attempts", "1",
-               "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100", "--steps", "1"]
+               "--groups-per-step", "2", "--rollouts-per-group", "4", "--eval-every", "100", "--steps", "2",
+               "--max-exceptions", "0.5"]
         server.always_fail_judge = "echo"  # every judge answer quotes the key
-        server.policy_faults.extend(["401-echo", "echo"])  # one rollout fails quoting it, one answer quotes it
-        first = subprocess.run([*cmd, "--max-exceptions", "0.5"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-        assert "step    1 | reward" in first.stdout and "rollout errors 2" in first.stdout, first.stderr[-2000:]
-        server.always_fail_policy = "401-echo"  # every rollout fails: the run stops, quoting the error
-        second = subprocess.run([*cmd, "--steps", "2", "--run-name", "other"], cwd=tmp_path, env=env, capture_output=True,
-                                text=True, timeout=120)
-        assert second.returncode == 1 and "more rollouts failed" in second.stderr, second.stderr[-2000:]
-    for run in (first, second):
-        assert not leaked(run.stdout + run.stderr), (run.stdout + run.stderr)[-2000:]
+        server.policy_faults.extend(["401-echo", "echo"])  # step 1: one rollout fails quoting it, one answer quotes it
+        # (4 rollouts a group: each group keeps 2 or more, whichever groups the two land in, and step 1 trains)
+        server.fail_model["skill-git-commit@1"] = "401-echo"  # step 2 (on step 1's checkpoint): every rollout fails
+        run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "step    1 | reward" in run.stdout and "rollout errors 2" in run.stdout, run.stderr[-2000:]
+    assert run.returncode == 1 and "step    2 |" not in run.stdout and "more rollouts failed" in run.stderr, run.stderr[-2000:]
+    # the rollouts still in flight when the run stopped leave no "Task exception was never retrieved" behind
+    assert "Task exception was never retrieved" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert not leaked(run.stdout + run.stderr), (run.stdout + run.stderr)[-2000:]
     assert (tmp_path / ".art").exists() and not leaking_files(tmp_path)

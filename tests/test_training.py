@@ -3,15 +3,12 @@ judge, and the CPU stand-in backend (skill_rl.dryrun) passed as --backend MODULE
 
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import small_git_commit
+from conftest import main_in_process, small_git_commit
 from openai_server import FakeOpenAI
 from skill_rl.skills import load_skill
 
@@ -32,13 +29,19 @@ def skills_dir(tmp_path):
     return small_git_commit(tmp_path, train=6, val=2)
 
 
-def train(tmp_path, skills_dir, server, *extra, backend="skill_rl.dryrun:DryRunBackend", env=None):
-    cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills_dir), "--skill", "git-commit",
-           "--backend", backend, "--judge-base-url", server.url, "--judge-api-key", "sk-test-planted-key",
-           "--judge-timeout", "2", "--groups-per-step", "2", "--rollouts-per-group", "3", "--eval-every", "2", *extra]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url, **(env or {})}
-    env.pop("WANDB_API_KEY", None)
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+@pytest.fixture
+def train(tmp_path, skills_dir, monkeypatch, capfd):
+    """The training command, in this process (as the CLI runs it: from tmp_path, the policy's URL in the environment)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+
+    def run(server, *extra):
+        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+        return main_in_process(capfd, "--skills-dir", skills_dir, "--skill", "git-commit", "--backend",
+                               "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-api-key",
+                               "sk-test-planted-key", "--judge-timeout", "2", "--groups-per-step", "2",
+                               "--rollouts-per-group", "3", "--eval-every", "2", *extra)
+    return run
 
 
 def steps_recorded(tmp_path):
@@ -51,10 +54,10 @@ def policy_requests(server) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server):
+def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server, train):
     policy_server.requests.clear()
     reported_before = len(policy_server.usage_reported)
-    run = train(tmp_path, skills_dir, policy_server, "--steps", "2", "--judge-timeout", "30")  # no answer abandoned
+    run = train(policy_server, "--steps", "2", "--judge-timeout", "30")  # no answer abandoned
     assert run.returncode == 0, run.stderr[-2000:]
     asked = policy_requests(policy_server)
     assert asked and all(r.get("logprobs") is True for r in asked)  # ART trains only completions with logprobs
@@ -90,7 +93,7 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     plot = where / "rewards.png"  # drawn at each validation, named at the end
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"reward plot: {plot}" in run.stdout
 
-    again = train(tmp_path, skills_dir, policy_server, "--steps", "3")
+    again = train(policy_server, "--steps", "3")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "starting at step 2 of 3" in again.stdout
     assert [s["step"] for s in steps_recorded(tmp_path)] == [1, 2, 3]
@@ -98,10 +101,10 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
 
 
 @pytest.mark.slow
-def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path, skills_dir, policy_server):
+def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path, policy_server, train):
     policy_server.always_fail_judge = "500"
     try:
-        run = train(tmp_path, skills_dir, policy_server, "--steps", "1", "--judge-attempts", "2")
+        run = train(policy_server, "--steps", "1", "--judge-attempts", "2")
     finally:
         policy_server.always_fail_judge = None
     assert run.returncode == 1, run.stderr[-2000:]  # it completed, and the exit status says something failed

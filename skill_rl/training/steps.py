@@ -137,6 +137,8 @@ class Trainer:
 
         async def after_each(group):
             stats.rollout_errors += len(group.exceptions)
+            for e in group.exceptions:  # ART writes a kept group's errors to the step's trajectories: a 401 may quote the key
+                e.message, e.traceback = keys.redact(e.message), keys.redact(e.traceback)
             if len(group.trajectories) < 2:  # nothing to compare within the group
                 return None
             group = await score_group(group, self.scorer, self.tasks)
