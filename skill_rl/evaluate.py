@@ -250,7 +250,8 @@ def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, jud
     for r in scored:
         for name in r.get("check_errors", {}):
             check_errors[name] = check_errors.get(name, 0) + 1
-    return {"rows": rows, "uplift": uplift(rows), "saving": saving(rows), "records": scored, "errors": errors, "judge_failures": judge_failures,
+    without = next((ep.without for ep in endpoints if not ep.with_skill), None)
+    return {"rows": rows, "uplift": uplift(rows), "saving": saving(rows), "without": without, "records": scored, "errors": errors, "judge_failures": judge_failures,
             "check_errors": check_errors, "judged_dimensions": scorer.judged_dimensions}
 
 
@@ -286,9 +287,13 @@ def saving_lines(result: dict) -> list[str]:
             for label, s in result.get("saving", {}).items()]
 
 
+WITHOUT_WORDS = {"description": "the description only", "stub": "a one-line stub", "none": "no system prompt"}
+
+
 def uplift_lines(result: dict) -> list[str]:
+    versus = WITHOUT_WORDS[result.get("without") or "description"]
     return [f"skill uplift, {label}: overall {_signed(u['overall'])} ("
-            + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS) + ") with the SKILL.md vs the description only"
+            + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS) + f") with the SKILL.md vs {versus}"
             for label, u in result["uplift"].items()]
 
 
