@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from skill_rl.skills import Skill, Task
 
+STATE_KEY = "skill_rl_internalize"  # under this key in ART's state.json: the run's --internalize schedule
 WITHOUT = ("stub", "none", "description")  # --without-skill: what replaces SKILL.md
 DEFAULT_FLOOR = 0.3  # --internalize-floor: the share of the last RL steps whose prompts never carry the skill
 
@@ -105,3 +106,16 @@ def warm_start_carries(index: int) -> bool:
     """--internalize's warm start: example 0, 2, 4, ... (in task order) carry SKILL.md, the others the prompt
     without it (docs/internalize.md says why half and half)."""
     return index % 2 == 0
+
+
+def internalized(run_dir) -> dict | None:
+    """The --internalize record of a run folder's state.json, if it was trained so (for --export)."""
+    import json
+    from pathlib import Path
+
+    try:
+        state = json.loads((Path(run_dir) / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    record = state.get(STATE_KEY) if isinstance(state, dict) else None
+    return record if isinstance(record, dict) and record.get("without_skill") in WITHOUT else None

@@ -186,3 +186,20 @@ def test_the_internalize_flags_where_they_do_not_apply_exit_2_in_one_line(tmp_pa
     skills = small_git_commit(tmp_path, train=2, val=1)
     code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--judge", "none", *argv)
     assert code == 2 and said in stderr and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+
+
+def test_an_export_of_an_internalized_run_says_so_and_hands_on_the_prompt_it_was_trained_to_need(tmp_path):
+    from skill_rl.card import _trained_under
+    from skill_rl.export import modelfile
+    from skill_rl.prompts import STATE_KEY, internalized
+
+    skill = load_skill(small_git_commit(tmp_path, train=1, val=0) / "git-commit")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert internalized(run_dir) is None and "always given as the system message" in _trained_under(skill, run_dir)
+    (run_dir / "state.json").write_text(json.dumps({STATE_KEY: Fade(10, 0.3, without="none").record()}))
+    assert internalized(run_dir)["steps"] == 10
+    said = _trained_under(skill, run_dir)
+    assert "--internalize" in said and "no system message" in said and "the last 3 without it" in said
+    assert 'SYSTEM """' not in modelfile(skill, "") and 'SYSTEM """' + skill.body.strip() in modelfile(skill)
+    assert f'SYSTEM """{stub(skill)}' in modelfile(skill, stub(skill))

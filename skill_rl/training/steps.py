@@ -29,7 +29,6 @@ from skill_rl.training.plots import PLOT_NAME, Plotter
 from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
 from skill_rl.training.trajectories import penalise_repeats
 
-INTERNALIZE_KEY = "skill_rl_internalize"  # under this key in ART's state.json: the run's --internalize schedule
 FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")  # exit 1 if any
 
 
@@ -128,7 +127,7 @@ class Trainer:
     def record_fade(self) -> None:
         """--internalize: the schedule in the run's state (its config.yaml has the flags). A run begun with it and
         resumed without it would be served the skill again: refused."""
-        before = (self.model.read_state() or {}).get(INTERNALIZE_KEY)
+        before = (self.model.read_state() or {}).get(prompts.STATE_KEY)
         if before and not self.fade:
             raise Exit(2, f"run {self.s.run_name} was trained with --internalize (its state.json says so): resume it "
                           "with --internalize, or start another --run-name")
@@ -136,7 +135,7 @@ class Trainer:
             if before and before.get("steps") != self.fade.steps:
                 print(f"note: --internalize: --steps {self.fade.steps}, not {before.get('steps')}: the schedule of the "
                       "steps not yet trained follows the new total", file=sys.stderr)
-            self.model.merge_state({INTERNALIZE_KEY: self.fade.record()})
+            self.model.merge_state({prompts.STATE_KEY: self.fade.record()})
             print(self.fade.describe(self.skill), flush=True)
 
     def carries(self, rl_step: int):
