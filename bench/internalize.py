@@ -60,6 +60,19 @@ def cell(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
+def cost_line(rows: list[dict]) -> str:
+    """Mean seconds and prompt tokens of the RL steps whose prompts all carried SKILL.md, and of those none did."""
+    def mean(rs, key):
+        vals = [r[key] for r in rs if r.get(key) is not None]
+        return f"{sum(vals) / len(vals):.{0 if key == 'train/prompt_tokens' else 1}f}" if vals else "—"
+
+    full = [r for r in rows if r.get("train/with_skill") == 1.0]
+    none = [r for r in rows if r.get("train/with_skill") == 0.0]
+    return (f"RL steps with SKILL.md in every prompt: {len(full)}, mean {mean(full, 'seconds')} s and "
+            f"{mean(full, 'train/prompt_tokens')} prompt tokens; in no prompt: {len(none)}, mean {mean(none, 'seconds')} s "
+            f"and {mean(none, 'train/prompt_tokens')} prompt tokens")
+
+
 def arms_table(result: dict) -> tuple[str, list[str], bool]:
     """The markdown table of the four arms, the acceptance lines, and whether every one holds."""
     rows = {r["model"]: r for r in result["models"]}
@@ -123,6 +136,7 @@ def main() -> int:
         server.close()
     result = json.loads((work / "eval" / "results.json").read_text())
     show_steps(rows)
+    print(cost_line(rows))
     table, checks, ok = arms_table(result)
     print(f"\nexit status of the run {code}, of --eval {eval_code}; training with validation {train_s / 60:.1f} min; peak memory "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GB; --without-skill {a.without_skill}")

@@ -42,8 +42,10 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
     per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
     warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
     last = warm + args.steps
-    validations = 2 * warm + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
-    val = min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
+    internal = getattr(args, "internalize", False)  # validates with and without SKILL.md, the base model too
+    validations = (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
+    val = (min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
+           * (2 if internal else 1))
     seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
