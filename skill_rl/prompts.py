@@ -79,11 +79,13 @@ class Fade:
         return p >= 1.0 or (p > 0.0 and _uniform(self.seed, step, task_id) < p)
 
     def describe(self, skill: Skill) -> str:
-        zero = self.steps - self.fading
-        return (f"--internalize: the chance that a prompt carries SKILL.md falls from 1 to {1 / self.fading if self.fading else 0:.2f} "
-                f"over RL steps 1-{self.fading}, then 0 for the last {zero} step(s); without it the system prompt is "
-                + {"stub": f'the line "{stub(skill)}"', "none": "absent", "description": "the skill's description"}[self.without]
-                + "; the reward still scores against SKILL.md")
+        probs = [self.probability(k) for k in range(1, self.steps + 1)]
+        chance = (", ".join(f"{p:.2g}" for p in probs) if self.steps <= 12 else
+                  f"from 1 at step 1 down to {probs[self.fading - 1]:.2g} at step {self.fading}, then 0 for the last "
+                  f"{self.steps - self.fading}" if self.fading else "0 throughout")
+        instead = {"stub": f'the line "{stub(skill)}"', "none": "absent", "description": "the skill's description"}[self.without]
+        return (f"--internalize: the chance that a prompt carries SKILL.md, per RL step: {chance}; without it the system "
+                f"prompt is {instead}; the reward still scores against SKILL.md")
 
     def record(self) -> dict:
         """What the run's state and records say of it."""

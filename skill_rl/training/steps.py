@@ -219,7 +219,7 @@ class Trainer:
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         without = (f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else "")
         print(f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
-              f"{stats.judge_failures}" + (" | the base model, before the warm start" if step == 0 else ""), flush=True)
+              f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else ""), flush=True)
         self.val_results.append((step, groups))
         return mean
 
