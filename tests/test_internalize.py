@@ -124,6 +124,7 @@ def test_an_internalized_run_fades_the_skill_from_the_policy_but_never_from_the_
     assert "no SKILL.md" in again and "--without-skill stub" in again  # how to serve and evaluate it
     code, stdout, stderr = run(*command[:-3])  # the same run without --internalize: refused, not silently reverted
     assert code == 2 and "--internalize" in stderr
+    assert "internalize: true" in (run_dir / "config.yaml").read_text()  # and its records left as they were
 
 
 @pytest.mark.slow  # the training loop loads ART (torch)

@@ -115,9 +115,13 @@ class Trainer:
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
+        try:
+            t.record_fade()  # before config.yaml: a refused command leaves the run's records as they were
+        except Exit:
+            t.lock.release()
+            raise
         configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
         await backends.register(t.model, t.backend, t.kind)
-        t.record_fade()
         t.monitor = Monitor.resume(t.dir / "history.jsonl")  # reward-hacking signs, per step
         t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
         t.stop = t.stopper.requested
