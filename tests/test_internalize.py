@@ -119,6 +119,14 @@ def test_an_internalized_run_fades_the_skill_from_the_policy_but_never_from_the_
     table = again[again.index("validation arms"):]
     for arm in ("base model, with SKILL.md", "base model, without SKILL.md", "trained @4, with SKILL.md", "trained @4, without SKILL.md"):
         assert arm in table
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    at = {h["step"]: h for h in history if "val/reward" in h}
+    assert set(at) == {0, 2, 4} and all("val/skill/reward" in h and "val/skill/format" in h for h in at.values())
+    for step, h in at.items():  # each arm's row is what its validation printed (both arms after the repeats' cut)
+        printed = stdout + again
+        assert f"val  {step:>4} | reward {h['val/skill/reward']:.3f} | with SKILL.md" in printed
+        assert f"val  {step:>4} | reward {h['val/reward']:.3f} | without SKILL.md" in printed
+        assert h["val/skill/prompt_tokens"] > h["val/prompt_tokens"] > 0
     saved = re.search(r"prompt tokens saved per request without SKILL.md: (\d+) of (\d+)", again)
     assert saved and 0 < int(saved[1]) < int(saved[2])
     assert "no SKILL.md" in again and "--without-skill stub" in again  # how to serve and evaluate it

@@ -212,8 +212,9 @@ class Trainer:
         if self.fade:
             on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md")
             stats = Stats(**{f.name: getattr(stats, f.name) + getattr(more, f.name) for f in fields(Stats)})
-            means = step_means(on)
-            arm = {f"skill/{k}": means[k] for k in ("reward", *DIMENSIONS, "prompt_tokens") if k in means}
+            rewards = [t.reward for g in on for t in g.trajectories]  # as val/reward: after the repeats' cut
+            means = {**step_means(on), "reward": sum(rewards) / len(rewards) if rewards else None}
+            arm = {f"skill/{k}": means[k] for k in ("reward", *DIMENSIONS, "prompt_tokens") if means.get(k) is not None}
             print(f"val  {step:>4} | reward {fmt(means.get('reward'))} | with SKILL.md, {means.get('prompt_tokens', 0):.0f} "
                   f"prompt tokens | {len(on)} tasks x {self.s.rollouts_per_group}", flush=True)
         used = self.scorer.usage.since(mark)
