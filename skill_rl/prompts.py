@@ -80,7 +80,7 @@ class Fade:
 
     def describe(self, skill: Skill) -> str:
         probs = [self.probability(k) for k in range(1, self.steps + 1)]
-        chance = (", ".join(f"{p:.2g}" for p in probs) if self.steps <= 12 else
+        chance = ("no RL step (the warm start alone)" if not probs else ", ".join(f"{p:.2g}" for p in probs) if self.steps <= 12 else
                   f"from 1 at step 1 down to {probs[self.fading - 1]:.2g} at step {self.fading}, then 0 for the last "
                   f"{self.steps - self.fading}" if self.fading else "0 throughout")
         instead = {"stub": f'the line "{stub(skill)}"', "none": "absent", "description": "the skill's description"}[self.without]
