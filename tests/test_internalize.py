@@ -183,7 +183,29 @@ def test_eval_baseline_reports_each_model_with_and_without_the_skill_and_the_pro
         assert s["saved"] == pytest.approx(s["with"] - s["without"]) and 0 < s["fraction"] < 1 and not s["estimated"]
         assert f"prompt tokens per request, {label}: {s['with']:.0f} with the SKILL.md, {s['without']:.0f} without" in stdout
     md = (out / "results.md").read_text()
-    assert "prompt tokens" in md.splitlines()[2] and f"| trained (no skill) |" in md
+    assert "prompt tokens" in md.splitlines()[2] and "| trained (no skill) |" in md
+
+
+def test_prompt_tokens_are_estimated_and_marked_so_when_the_server_reports_no_usage(tmp_path):
+    import asyncio
+    from types import SimpleNamespace
+
+    from skill_rl.endpoints import Endpoint, generate
+    from skill_rl.evaluate import _tokens
+    from skill_rl.prompts import estimated_tokens
+
+    skill = load_skill(small_git_commit(tmp_path, train=1, val=0) / "git-commit")
+    answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=GOOD), finish_reason="stop")], usage=None)
+
+    async def create(**request):
+        return answer
+
+    client = SimpleNamespace(timeout=5.0, chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+    counted = []
+    ep = Endpoint("m", "m", None, with_skill=False, without="stub")
+    asyncio.run(generate(client, ep, skill, skill.tasks[0], 1, 0.0, 16, asyncio.Semaphore(1), counted))
+    assert counted == [-estimated_tokens(messages(skill, skill.tasks[0], False, "stub"))]  # negative: an estimate
+    assert _tokens({"prompt_tokens": 12.0, "prompt_estimated": True}) == "~12" and _tokens({"prompt_tokens": 12.0}) == "12"
 
 
 @pytest.mark.parametrize("argv,said", [
