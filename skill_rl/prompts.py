@@ -104,12 +104,6 @@ def serve_lines(skill: Skill, without: str) -> list[str]:
             "--model base@URL --model trained@URL: base and trained, with the skill and without, on the same tasks"]
 
 
-def warm_start_carries(index: int) -> bool:
-    """--internalize's warm start: example 0, 2, 4, ... (in task order) carry SKILL.md, the others the prompt
-    without it (docs/internalize.md says why half and half)."""
-    return index % 2 == 0
-
-
 def internalized(run_dir) -> dict | None:
     """The --internalize record of a run folder's state.json, if it was trained so (for --export)."""
     import json

@@ -238,18 +238,12 @@ def test_a_warm_start_goes_only_before_rl_and_one_stopped_between_epochs_resumes
 
 
 @pytest.mark.slow  # the training loop loads ART (torch)
-def test_an_internalized_warm_start_gives_every_other_example_the_stub_in_place_of_the_skill(capsys, skills, policy):
-    from skill_rl.prompts import stub
-
+def test_an_internalized_warm_start_gives_every_example_the_skill_as_step_0_of_its_schedule(capsys, skills, policy):
     code, out, err = train(capsys, skills, policy, "--sft", "--steps", "1", "--internalize")
     assert code == 0, err[-2000:]
     skill = load_skill(Path("skills/git-commit"))
     (sft,) = [r for r in records() if "sft" in r]
     chats = [ex["messages"] for ex in sft["sft"]["examples"]]
-    kept = [json.loads(line) for line in next(Path(".art").rglob("warmstart.jsonl")).read_text().splitlines()]
-    assert len(chats) == len(kept) >= 2  # examples are shuffled per epoch: match each chat to its kept example
-    by_task = {skill.task(r["task_id"]).input: i for i, r in enumerate(kept)}
-    for chat in chats:
-        i = by_task[chat[1]["content"]]
-        assert chat[0] == {"role": "system", "content": skill.body if i % 2 == 0 else stub(skill)}, i
-    assert {c[0]["content"] for c in chats} == {skill.body, stub(skill)}
+    assert len(chats) >= 2 and all(c[0] == {"role": "system", "content": skill.body} for c in chats)
+    (step,) = [r for r in records() if "sft" not in r]  # RL step 1 of 1: the schedule's last step, at probability 0
+    assert step["system"] == ["Follow the git-commit skill."]
