@@ -46,7 +46,7 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
     validations = (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
     val = (min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
            * (2 if internal else 1))
-    seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS
+    seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1)
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
     return (f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "
