@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import config, configfile, export, flags, keys, mining
+from skill_rl import config, configfile, export, flags, keys, mining, prompts
 from skill_rl.training import backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
@@ -79,6 +79,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     e.add_argument("--samples", type=flags.count(), default=1, help="outputs per model per task (default 1)")
     e.add_argument("--concurrency", type=flags.count(), default=8, help="requests in flight per model (default 8)")
     e.add_argument("--baseline", action="store_true", help="also score each model without the SKILL.md, in the same judge groups")
+    e.add_argument("--without-skill", choices=prompts.WITHOUT, default=None,
+                   help="what replaces SKILL.md as the system prompt where it is left out: stub (one line naming the skill), "
+                        "none (no system message) or description (the frontmatter's); in --eval --baseline's arms (default "
+                        "description) and --internalize's prompts and served model (default stub)")
 
     t = p.add_argument_group("training")
     t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | cpu | MODULE:CLASS (default auto)")
@@ -98,7 +102,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 4096, bounding its memory)")
     t.add_argument("--run-name", type=flags.path_part, default=None, help="run to create or resume (default <skill>-<base model>)")
     t.add_argument("--project", type=flags.path_part, default="skill-rl", help="ART project (default skill-rl)")
-    t.add_argument("--seed", type=int, default=0, help="seed for the task order (default 0)")
+    t.add_argument("--seed", type=int, default=0, help="seed for the task order and --internalize's schedule (default 0)")
+    t.add_argument("--internalize", action="store_true",
+                   help="train the skill into the weights: the chance that a prompt carries SKILL.md falls from 1 to 0 "
+                        "over the run's RL steps (the warm start trains each example with and without it); the reward still scores against it (docs/internalize.md)")
+    t.add_argument("--internalize-floor", type=flags.number(minimum=0, maximum=1), default=None, metavar="F",
+                   help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default {prompts.DEFAULT_FLOOR:g})")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)
@@ -131,7 +140,7 @@ async def train(run: config.Run, skill) -> int:
     s, t = run.settings, await Trainer.start(run, skill)
     step = 0
     try:
-        if run.sft and await t.model.get_step() == 0 and not (t.model.read_state() or {}).get(warmstart.STATE_KEY):
+        if (run.sft or t.fade) and await t.model.get_step() == 0 and not (t.model.read_state() or {}).get(warmstart.STATE_KEY):
             await t.validate(0)  # the base model, to see what the warm start does
         warm = await warmstart.run(s, run.sft, t.model, t.scorer, t.train_tasks, t.stop)  # --sft: before the first RL step, once
         t.totals.warm_start_failures = warm.failures
@@ -143,7 +152,7 @@ async def train(run: config.Run, skill) -> int:
             if step >= last or t.stop.is_set():
                 break
             start = time.perf_counter()
-            groups, stats, used = await t.gather(batch.items, f"step {step + 1}")
+            groups, stats, used = await t.gather(batch.items, f"step {step + 1}", t.carries(step + 1 - warm.steps))
             if not groups:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue

@@ -14,6 +14,23 @@ from pathlib import Path
 from skill_rl.skills import DIMENSIONS, parse_frontmatter, read_jsonl, read_text, split_frontmatter
 
 
+def _trained_under(skill, where: Path) -> str:
+    """What the model was prompted with in training, and so what to send it."""
+    from skill_rl.prompts import internalized
+
+    if record := internalized(where):
+        sent = {"stub": "the one line in `system_prompt.txt`", "none": "no system message (`system_prompt.txt` is empty)",
+                "description": "the skill's description (`system_prompt.txt`)"}[record["without_skill"]]
+        return ("This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
+                "the skill's SKILL.md **and to do without it** (`--internalize`: SKILL.md faded out of its prompts over "
+                f"the run, {record['steps']} RL steps, the last {record['steps'] - record['fading_steps']} without it; the "
+                f"reward always scored against it): send it {sent} and the task, no SKILL.md.\n")
+    return ("This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
+            "the skill's SKILL.md, **which it was always given as the system message**: give it the same system message "
+            "(`system_prompt.txt`, SKILL.md without its frontmatter) when you use it, or it answers as its base model "
+            "would.\n")
+
+
 def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: str, architecture: str,
                base_license: str | None, ollama: bool, evaluation: dict | None = None) -> str:
     adapter = _json(checkpoint / "adapter_config.json")
@@ -25,16 +42,13 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
     parts = [
         f"# {name}: {base_model} trained on the skill `{skill.name}`\n",
         f"{skill.description}\n",
-        "This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
-        "the skill's SKILL.md, **which it was always given as the system message**: give it the same system message "
-        "(`system_prompt.txt`, SKILL.md without its frontmatter) when you use it, or it answers as its base model "
-        "would.\n",
+        _trained_under(skill, where),
         "## What is here\n",
         "| path | what |\n|---|---|\n"
         "| `adapter/` | the LoRA adapter as trained (PEFT format) |\n"
         f"| `merged/` | the adapter merged into {base_model} ({architecture}): safetensors, tokenizer, chat template; "
         "plain transformers or vLLM, no PEFT |\n"
-        "| `system_prompt.txt` | the system message the model was trained under |\n"
+        "| `system_prompt.txt` | the system message to send it (the one it was trained under at the end) |\n"
         + ("| `Modelfile` | for `ollama create` (FROM ./merged, the system message, greedy decoding) |\n" if ollama else "")
         + ("| `rewards.png` | the run's reward plot |\n" if (where / "rewards.png").is_file() else "")
         + ("| `eval.png` | the `--eval` chart of the models compared below |\n" if evaluation and evaluation["chart"] else "")

@@ -45,6 +45,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     from skill_rl.training import backends, warmstart
 
     s = argparse.Namespace(**vars(args))  # the parsed flags stay as parsed
+    internalize(s)
     if getattr(s, "export", None) is not None:
         export_run(s, skill)
         return Run(Settings(vars(s)))
@@ -69,6 +70,28 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
         notes += (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
         s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
+
+
+def internalize(s: argparse.Namespace) -> None:
+    """--internalize and --without-skill: where they apply, and their defaults (docs/internalize.md)."""
+    from skill_rl.prompts import DEFAULT_FLOOR
+
+    get = lambda name, default=None: getattr(s, name, default)  # noqa: E731 (a Namespace built by a test may lack some)
+    internal, without, floor = get("internalize", False), get("without_skill"), get("internalize_floor")
+    baseline = get("eval") and get("baseline")
+    command = "--export" if get("export") is not None else "--score" if get("score") else "--eval" if get("eval") else None
+    if internal and command:
+        raise Exit(2, f"--internalize trains a run; {command} does not train (--eval compares a model with and "
+                      "without SKILL.md with --baseline --without-skill stub|none)")
+    if floor is not None and not internal:
+        raise Exit(2, "--internalize-floor goes with --internalize")
+    if without is not None and not internal and not baseline:
+        raise Exit(2, "--without-skill applies to --eval --baseline and to --internalize")
+    if internal:
+        s.internalize_floor = DEFAULT_FLOOR if floor is None else floor
+        s.without_skill = without or "stub"
+    elif baseline:
+        s.without_skill = without or "description"  # what --baseline always sent
 
 
 def run_name(skill: Skill, base_model: str) -> str:

@@ -10,6 +10,7 @@ import asyncio
 import re
 from dataclasses import dataclass, field, replace
 
+from skill_rl import prompts
 from skill_rl.keys import redact
 from skill_rl.skills import Skill, Task
 
@@ -22,16 +23,14 @@ class Endpoint:
     model: str
     base_url: str | None
     api_key: str = field(repr=False, default="none")
-    with_skill: bool = True  # False: the --baseline arm, prompted with the description only
+    with_skill: bool = True  # False: the --baseline arm, prompted without SKILL.md
+    without: str = "description"  # what stands in for SKILL.md in that arm (--without-skill; prompts.WITHOUT)
 
 
-def with_baselines(endpoints: list[Endpoint]) -> list[Endpoint]:
+def with_baselines(endpoints: list[Endpoint], without: str = "description") -> list[Endpoint]:
     """Each endpoint followed by its no-skill arm."""
-    return [arm for ep in endpoints for arm in (ep, replace(ep, label=f"{ep.label} (no skill)", with_skill=False))]
-
-
-def system_prompt(skill: Skill, ep: Endpoint) -> str:
-    return skill.body if ep.with_skill else skill.description
+    return [arm for ep in endpoints
+            for arm in (ep, replace(ep, label=f"{ep.label} (no skill)", with_skill=False, without=without))]
 
 
 def parse_spec(spec: str, base_url: str | None, api_key: str | None) -> Endpoint:
@@ -58,16 +57,20 @@ def client(ep: Endpoint, timeout: float):
 
 
 async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
-                   max_tokens: int, gate: asyncio.Semaphore) -> list[tuple[str, str | None]]:
+                   max_tokens: int, gate: asyncio.Semaphore, prompt_tokens: list | None = None) -> list[tuple[str, str | None]]:
     """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message
-    (the description alone for a --baseline arm)."""
-    messages = [{"role": "system", "content": system_prompt(skill, ep)}, {"role": "user", "content": task.input}]
+    (what --without-skill names for a --baseline arm). `prompt_tokens`, if given, gets the prompt's tokens as the
+    server counted them (usage), else as estimated (a negative number: prompts.estimated_tokens, negated)."""
+    messages = prompts.messages(skill, task, ep.with_skill, ep.without)
     total = float(client.timeout)  # the client's own timeout is per read: a server trickling bytes never trips it
     async with gate:
         completion = await whole(client.chat.completions.create(
             model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
             messages=messages), total)
     outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]  # servers echo keys
+    if prompt_tokens is not None:
+        counted = getattr(getattr(completion, "usage", None), "prompt_tokens", None)
+        prompt_tokens.append(counted if isinstance(counted, int) and counted > 0 else -prompts.estimated_tokens(messages))
     while len(outs) < samples:  # servers that ignore `n`
         async with gate:
             more = await whole(client.chat.completions.create(
@@ -78,4 +81,5 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
 
 def spec_of(ep: Endpoint) -> str:
     """What a record says its model was: the id and the endpoint (never the key)."""
-    return f"{ep.model}@{ep.base_url or 'default'}" + ("" if ep.with_skill else " without the skill")
+    without = "" if ep.without == "description" else f" ({ep.without})"  # a --baseline record of before stays its own
+    return f"{ep.model}@{ep.base_url or 'default'}" + ("" if ep.with_skill else f" without the skill{without}")

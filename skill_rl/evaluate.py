@@ -7,8 +7,12 @@ input. Deterministic checks are absolute and need no such care.
 
 With `--baseline`, each model also answers every task without the SKILL.md: its system prompt is
 then only the skill's frontmatter `description` (what an agent knows of a skill before it loads
-it). Those outputs join the same judge groups, so the difference between a model's two rows is
-what the SKILL.md body buys that model.
+it; `--without-skill stub|none`: one line naming the skill, or no system message). Those outputs join
+the same judge groups, so the difference between a model's two rows is what the SKILL.md body buys
+that model. Each row also says the prompt tokens per request (as the server counted them, else
+estimated: marked ~), and each model with a baseline row what leaving SKILL.md out saves: with a model
+trained by `--internalize`, base and trained models with --baseline are its three arms (and the base
+model without the skill) side by side.
 """
 
 from __future__ import annotations
@@ -66,13 +70,21 @@ def _cell(x) -> str:
 
 def _rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     checks = list(rows[0]["checks"]) if rows else []
-    head = ["model", "n", "format", "procedure", "correctness", "overall", "95% CI", *checks, "failures"]
+    tokens = any(r.get("prompt_tokens") is not None for r in rows)  # rows of --eval; validation's have none
+    head = ["model", "n", "format", "procedure", "correctness", "overall", "95% CI", *checks,
+            *(["prompt tokens"] if tokens else []), "failures"]
     body = []
     for r in rows:
         ci = f"{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}" if r["ci95"] else "—"
         body.append([r["model"], str(r["n"]), *(_cell(r[d]) for d in (*DIMENSIONS, "overall")), ci,
-                     *(_cell(r["checks"][c]) for c in checks), str(r["failures"])])
+                     *(_cell(r["checks"][c]) for c in checks), *([_tokens(r)] if tokens else []), str(r["failures"])])
     return head, body
+
+
+def _tokens(row: dict) -> str:
+    """Prompt tokens per request; `~` when some were estimated (the server reported no usage)."""
+    x = row.get("prompt_tokens")
+    return "—" if x is None else f"{'~' if row.get('prompt_estimated') else ''}{x:.0f}"
 
 
 def print_table(skill: Skill, rows: list[dict], title: str) -> None:
@@ -170,11 +182,15 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         nonlocal judge_failures
         have = kept.get(task.id, {})
         todo = [ep for ep in endpoints if ep.label not in have]
+        counted = {ep.label: [] for ep in todo}
         fresh = await asyncio.gather(*(generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens,
-                                                gates[ep.label]) for ep in todo), return_exceptions=True)
+                                                gates[ep.label], counted[ep.label]) for ep in todo), return_exceptions=True)
         outs = {**{ep.label: out for ep, out in zip(todo, fresh)},
                 **{label: [(r["output"], "length" if r["truncated"] else "stop") for r in recs] for label, recs in have.items()}}
-        new, failed = await _score_task(scorer, task, endpoints, outs, ident or {})
+        tokens = {**{label: n[0] for label, n in counted.items() if n},
+                  **{label: recs[0]["prompt_tokens"] * (-1 if recs[0].get("prompt_estimated") else 1)
+                     for label, recs in have.items() if recs[0].get("prompt_tokens") is not None}}
+        new, failed = await _score_task(scorer, task, endpoints, outs, ident or {}, tokens)
         judge_failures += failed
         by_task[task.id] = new
         if sink:
@@ -190,8 +206,11 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
             "judge_usage": scorer.usage, "judge_cache": scorer.cache_tally}
 
 
-async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict) -> tuple[list[dict], bool]:
-    """One task's records: every model's outputs judged as one group, or the error of a model that failed."""
+async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict,
+                      tokens: dict | None = None) -> tuple[list[dict], bool]:
+    """One task's records: every model's outputs judged as one group, or the error of a model that failed.
+    `tokens`: label -> the prompt's tokens (negative: estimated), as `generate` gives them."""
+    tokens = tokens or {}
     group, owners, new = [], [], []
     for ep in endpoints:
         out, mine = outs[ep.label], {**ident, "spec": spec_of(ep), "task_id": task.id, "model": ep.label}
@@ -199,6 +218,8 @@ async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], out
             new.append({**mine, "error": f"{type(out).__name__}: {redact(str(out))[:300]}"})
             continue
         group += [text for text, _ in out]
+        if ep.label in tokens:
+            mine = {**mine, "prompt_tokens": abs(tokens[ep.label]), "prompt_estimated": tokens[ep.label] < 0}
         owners += [(mine, i, finish) for i, (_, finish) in enumerate(out)]
     result = await scorer.score(task, group) if group else None
     for (mine, i, finish), text, s in zip(owners, group, result.scores if result else []):
@@ -221,12 +242,16 @@ def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, jud
         row = summarize(ep.label, [r["metrics"] for r in mine], scorer, len(errors[ep.label]))
         row["truncated"] = sum(r["truncated"] for r in mine)
         row["baseline"] = not ep.with_skill
+        counted = [r for r in mine if r.get("prompt_tokens") is not None]
+        row["prompt_tokens"] = sum(r["prompt_tokens"] for r in counted) / len(counted) if counted else None
+        row["prompt_estimated"] = any(r.get("prompt_estimated") for r in counted)
         rows.append(row)
     check_errors: dict[str, int] = {}
     for r in scored:
         for name in r.get("check_errors", {}):
             check_errors[name] = check_errors.get(name, 0) + 1
-    return {"rows": rows, "uplift": uplift(rows), "records": scored, "errors": errors, "judge_failures": judge_failures,
+    without = next((ep.without for ep in endpoints if not ep.with_skill), None)
+    return {"rows": rows, "uplift": uplift(rows), "saving": saving(rows), "without": without, "records": scored, "errors": errors, "judge_failures": judge_failures,
             "check_errors": check_errors, "judged_dimensions": scorer.judged_dimensions}
 
 
@@ -242,9 +267,33 @@ def uplift(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
+def saving(rows: list[dict]) -> dict[str, dict]:
+    """For each model with a --baseline row: its prompt tokens per request with SKILL.md, without, and the saving."""
+    by_label = {r["model"]: r for r in rows}
+    out = {}
+    for r in rows:
+        base = by_label.get(f"{r['model']} (no skill)")
+        if base and not r["baseline"] and r.get("prompt_tokens") and base.get("prompt_tokens") is not None:
+            saved = r["prompt_tokens"] - base["prompt_tokens"]
+            out[r["model"]] = {"with": r["prompt_tokens"], "without": base["prompt_tokens"], "saved": saved,
+                               "fraction": round(saved / r["prompt_tokens"], 6),
+                               "estimated": r["prompt_estimated"] or base["prompt_estimated"]}
+    return out
+
+
+def saving_lines(result: dict) -> list[str]:
+    return [f"prompt tokens per request, {label}: {s['with']:.0f} with the SKILL.md, {s['without']:.0f} without: "
+            f"{s['saved']:.0f} saved ({s['fraction']:.0%})" + (" (estimated: the server reported no usage)" if s["estimated"] else "")
+            for label, s in result.get("saving", {}).items()]
+
+
+WITHOUT_WORDS = {"description": "the description only", "stub": "a one-line stub", "none": "no system prompt"}
+
+
 def uplift_lines(result: dict) -> list[str]:
+    versus = WITHOUT_WORDS[result.get("without") or "description"]
     return [f"skill uplift, {label}: overall {_signed(u['overall'])} ("
-            + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS) + ") with the SKILL.md vs the description only"
+            + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS) + f") with the SKILL.md vs {versus}"
             for label, u in result["uplift"].items()]
 
 
@@ -260,7 +309,7 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
           f"Scored with {mode}; procedure and correctness from the judge compare the models on the same "
           "tasks (one judge group per task). `overall` is the weighted reward; the interval is a 95 % bootstrap "
           "over outputs.", ""]
-    md += [f"- {line}" for line in uplift_lines(result)] + ([""] if result["uplift"] else [])
+    md += [f"- {line}" for line in uplift_lines(result) + saving_lines(result)] + ([""] if result["uplift"] else [])
     if judge:
         md += [f"Judge use in this invocation: {result['judge_usage'].describe(judge.model)}.", ""]
         md += [f"{result['judge_cache'].describe()}.", ""] if result.get("judge_cache") else []
@@ -268,7 +317,7 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
     records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
     payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
                "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
-               "uplift": result["uplift"], "judge_usage": result["judge_usage"].as_dict() if judge else None,
+               "uplift": result["uplift"], "prompt_saving": result["saving"], "judge_usage": result["judge_usage"].as_dict() if judge else None,
                "judge_cache": result["judge_cache"].as_dict() if result.get("judge_cache") else None,
                "errors": result["errors"], "judge_failures": result["judge_failures"],
                "check_errors": result["check_errors"], "records": records}
@@ -285,7 +334,7 @@ def _endpoints(args) -> list[Endpoint]:
         endpoints = [parse_spec(s, base_url, api_key) for s in args.model]
     except ValueError as e:
         raise Exit(2, str(e)) from None
-    endpoints = with_baselines(endpoints) if args.baseline else endpoints
+    endpoints = with_baselines(endpoints, args.without_skill or "description") if args.baseline else endpoints
     if len({e.label for e in endpoints}) != len(endpoints):
         raise Exit(2, "two --model specs share a label; name them label=ID@URL")
     return endpoints
@@ -313,7 +362,7 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
             print(clean(f"{row['model']}: ... {len(errs) - 3} more failures"), file=sys.stderr)
         if row["truncated"]:
             print(clean(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)"), file=sys.stderr)
-    for line in uplift_lines(result):
+    for line in uplift_lines(result) + saving_lines(result):
         print(clean(line))
     if judge:
         print(result["judge_usage"].describe(judge.model))

@@ -3,7 +3,8 @@
     DIR/adapter/           the PEFT adapter as trained, its base model named by Hub id where known (for `vllm serve
                            --enable-lora --lora-modules`, PEFT)
     DIR/merged/            the LoRA merged into its base model: safetensors, tokenizer, chat template
-    DIR/system_prompt.txt  SKILL.md's body: the system message the model was trained under
+    DIR/system_prompt.txt  SKILL.md's body: the system message the model was trained under (a run trained with
+                           --internalize: what replaced it at the end, the one-line stub or nothing)
     DIR/Modelfile          for `ollama create`, when Ollama converts the architecture and the chat template is ChatML
     DIR/rewards.png        the run's reward plot, when it has one
     DIR/eval.png           with --card-eval: the chart of that --eval run, whose table the card carries
@@ -31,7 +32,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from skill_rl import cpu
+from skill_rl import cpu, prompts
 from skill_rl.errors import Exit
 from skill_rl.skills import brief
 
@@ -207,16 +208,18 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
     for name in ADAPTER_FILES:  # the optimizer state stays behind: it only resumes training
         shutil.copyfile(checkpoint / name, tmp / "adapter" / name)
     portable(tmp / "adapter" / "adapter_config.json", base_model)
-    (tmp / "system_prompt.txt").write_text(skill.body)
+    internal = prompts.internalized(where)
+    system = (prompts.system_prompt(skill, False, internal["without_skill"]) or "") if internal else skill.body
+    (tmp / "system_prompt.txt").write_text(system)
     if (where / "rewards.png").is_file():
         shutil.copyfile(where / "rewards.png", tmp / "rewards.png")
     if evaluation and evaluation["chart"]:
         shutil.copyfile(evaluation["chart"], tmp / EVAL_CHART)
     architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
     ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
-              and '"""' not in skill.body)  # SYSTEM """...""" cannot quote it
+              and '"""' not in system)  # SYSTEM """...""" cannot quote it
     if ollama:
-        (tmp / "Modelfile").write_text(modelfile(skill))
+        (tmp / "Modelfile").write_text(modelfile(skill, system))
     from skill_rl.card import model_card
 
     (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama,
@@ -470,10 +473,12 @@ CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
 """
 
 
-def modelfile(skill) -> str:
+def modelfile(skill, system: str | None = None) -> str:
     """Ollama's Modelfile (docs.ollama.com/modelfile) for a ChatML model (SmolLM2, Qwen2.5): the merged folder,
-    SKILL.md as SYSTEM, greedy decoding, the chat template in Ollama's syntax and its end-of-turn stop."""
+    SKILL.md (or an internalized run's stand-in; none if empty) as SYSTEM, greedy decoding, the chat template in
+    Ollama's syntax and its end-of-turn stop."""
+    system = skill.body if system is None else system
     lines = [f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)", "FROM ./merged",
-             f'SYSTEM """{skill.body.strip()}\n"""', f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
+             *([f'SYSTEM """{system.strip()}\n"""'] if system.strip() else []), f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
              "PARAMETER temperature 0"]
     return "\n".join(lines) + "\n"

@@ -235,3 +235,18 @@ def test_a_warm_start_goes_only_before_rl_and_one_stopped_between_epochs_resumes
     assert [("sft" in r, r["step"]) for r in steps] == [(True, 1), (True, 2), (True, 3), (False, 4)]
     assert sft_examples(steps[0]) == sft_examples(steps[1]) == sft_examples(steps[2])
     assert json.loads(state_path.read_text())["skill_rl_warm_start"]["epochs_done"] == 3
+
+
+@pytest.mark.slow  # the training loop loads ART (torch)
+def test_an_internalized_warm_start_trains_on_every_example_with_the_skill_and_with_the_stub(capsys, skills, policy):
+    code, out, err = train(capsys, skills, policy, "--sft", "--steps", "1", "--internalize")
+    assert code == 0, err[-2000:]
+    skill = load_skill(Path("skills/git-commit"))
+    (sft,) = [r for r in records() if "sft" in r]
+    chats = [ex["messages"] for ex in sft["sft"]["examples"]]
+    kept = [json.loads(line) for line in next(Path(".art").rglob("warmstart.jsonl")).read_text().splitlines()]
+    assert len(chats) == 2 * len(kept) >= 4
+    for prompt in (skill.body, "Follow the git-commit skill."):  # each kept example once under each prompt
+        assert sorted(c[1]["content"] for c in chats if c[0]["content"] == prompt) == sorted(skill.task(r["task_id"]).input for r in kept)
+    (step,) = [r for r in records() if "sft" not in r]  # RL step 1 of 1: the schedule's last step, at probability 0
+    assert step["system"] == ["Follow the git-commit skill."]

@@ -42,9 +42,11 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
     per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
     warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
     last = warm + args.steps
-    validations = 2 * warm + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
-    val = min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
-    seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS
+    internal = getattr(args, "internalize", False)  # validates with and without SKILL.md, the base model too
+    validations = (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
+    val = (min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
+           * (2 if internal else 1))
+    seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1)
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
     return (f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "
@@ -55,7 +57,8 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
             "see README, 'Quick start'")
 
 
-def serve_hint(checkpoint: Path, base_model: str) -> str:
+def serve_hint(checkpoint: Path, base_model: str, eval_flags: str = "") -> str:
+    """`eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md)."""
     extra = "" if base_model == TINY_MODEL else f" --base-model {base_model}"
     return (f"serve it, and its base model as `base`, for --eval: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
-            "  then: --eval --judge none --model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")
+            f"  then: --eval --judge none{eval_flags} --model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")

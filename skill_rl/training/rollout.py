@@ -1,4 +1,5 @@
-"""One rollout: SKILL.md as the system message, the task as the user message, one completion.
+"""One rollout: SKILL.md as the system message (or, in an --internalize run, what the schedule puts in its
+place: prompts.py), the task as the user message, one completion.
 
 Scoring is not done here: the training loop scores each finished group in `after_each`, so the
 judge overlaps the other groups' rollouts.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import art
 
 from skill_rl.endpoints import whole
+from skill_rl import prompts
 from skill_rl.keys import EchoedKey, redact
 from skill_rl.scoring.reward import GroupResult, Scorer
 from skill_rl.skills import Skill, Task
@@ -19,8 +21,10 @@ STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "trun
 
 
 async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
-                  timeout: float = 600.0) -> art.Trajectory:
-    messages = [{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}]
+                  timeout: float = 600.0, with_skill: bool = True, without: str | None = None) -> art.Trajectory:
+    """`without`: None, a run without --internalize (its metrics as ever); else what replaces SKILL.md when
+    `with_skill` is False, and the trajectory's metrics say which prompt it had and its tokens."""
+    messages = prompts.messages(skill, task, with_skill, without or "stub")
     traj = art.Trajectory(messages_and_choices=list(messages), metadata={"task_id": task.id},
                           metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0)
     completion = await whole(model.openai_client().chat.completions.create(  # logprobs: ART trains only those
@@ -32,6 +36,11 @@ async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: fl
         raise EchoedKey("the policy server's answer quotes an API key; this rollout is dropped (an endpoint echoing requests?)")
     traj.messages_and_choices.append(choice)
     traj.metrics["truncated"] = float(choice.finish_reason == "length")
+    if without is not None:
+        counted = getattr(completion.usage, "prompt_tokens", None) if completion.usage else None
+        traj.metrics["with_skill"] = float(with_skill)
+        traj.metrics["prompt_tokens"] = float(counted if isinstance(counted, int) and counted > 0
+                                              else prompts.estimated_tokens(messages))
     return traj
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import art
 
-from skill_rl import configfile, keys
+from skill_rl import configfile, keys, prompts
 from skill_rl.config import Run
 from skill_rl.errors import Exit
 from skill_rl.evaluate import print_table, summarize
 from skill_rl.runlock import RunLock, Stopper
 from skill_rl.scoring.reward import Scorer
-from skill_rl.skills import Skill, Task
+from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.training import backends
 from skill_rl.training.monitor import Monitor
 from skill_rl.training.plots import PLOT_NAME, Plotter
@@ -105,6 +105,7 @@ class Trainer:
         self.scorer = Scorer(skill, run.judge)
         self.temperature = 1.0 if s.temperature is None else s.temperature
         self.totals, self.val_results, self.plot = Totals(), [], Plotter()
+        self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if getattr(s, "internalize", False) else None
 
     @classmethod
     async def start(cls, run: Run, skill: Skill) -> Trainer:
@@ -114,6 +115,11 @@ class Trainer:
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
+        try:
+            t.record_fade()  # before config.yaml: a refused command leaves the run's records as they were
+        except Exit:
+            t.lock.release()
+            raise
         configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
         await backends.register(t.model, t.backend, t.kind)
         t.monitor = Monitor.resume(t.dir / "history.jsonl")  # reward-hacking signs, per step
@@ -122,16 +128,34 @@ class Trainer:
         quiet_failed_rollouts(asyncio.get_running_loop())
         return t
 
+    def record_fade(self) -> None:
+        """--internalize: the schedule in the run's state (its config.yaml has the flags). A run begun with it and
+        resumed without it would be served the skill again: refused."""
+        before = (self.model.read_state() or {}).get(prompts.STATE_KEY)
+        if before and not self.fade:
+            raise Exit(2, f"run {self.s.run_name} was trained with --internalize (its state.json says so): resume it "
+                          "with --internalize, or start another --run-name")
+        if self.fade:
+            if before and before.get("steps") != self.fade.steps:
+                print(f"note: --internalize: --steps {self.fade.steps}, not {before.get('steps')}: the schedule of the "
+                      "steps not yet trained follows the new total", file=sys.stderr)
+            self.model.merge_state({prompts.STATE_KEY: self.fade.record()})
+            print(self.fade.describe(self.skill), flush=True)
+
+    def carries(self, rl_step: int):
+        """Whether RL step `rl_step`'s prompt for a task carries SKILL.md (always, without --internalize)."""
+        return (lambda task: True) if self.fade is None else (lambda task: self.fade.carries(rl_step, task.id))
+
     def epochs(self) -> int:
         return max(1, -(-self.s.steps * self.s.groups_per_step // len(self.train_tasks)))
 
-    def _group(self, task: Task) -> art.TrajectoryGroup:
+    def _group(self, task: Task, with_skill: bool) -> art.TrajectoryGroup:
         return art.TrajectoryGroup(
             rollout(self.model, self.skill, task, temperature=self.temperature, max_tokens=self.s.max_tokens,
-                    timeout=self.s.request_timeout)
+                    timeout=self.s.request_timeout, with_skill=with_skill, without=self.fade and self.fade.without)
             for _ in range(self.s.rollouts_per_group))
 
-    async def gather(self, batch: list[Task], desc: str):
+    async def gather(self, batch: list[Task], desc: str, carries=lambda task: True):
         """The batch's groups, scored; what went wrong; the judge's tokens and cost for this batch."""
         stats, mark = Stats(), self.scorer.usage.copy()
 
@@ -149,7 +173,7 @@ class Trainer:
 
         try:
             groups = await art.gather_trajectory_groups(
-                (self._group(t) for t in batch), pbar_desc=None if self.s.quiet else desc,
+                (self._group(t, carries(t)) for t in batch), pbar_desc=None if self.s.quiet else desc,
                 max_exceptions=self.s.max_exceptions, after_each=after_each,
                 max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
         except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
@@ -173,20 +197,36 @@ class Trainer:
         return (f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure "
                 f"{fmt(m.get('procedure'))} correctness {fmt(m.get('correctness'))} | judge failures {stats.judge_failures} "
                 f"| rollout errors {stats.rollout_errors} | dropped {stats.dropped} | no variance {stats.no_variance} "
-                f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | {seconds:.2f} s"
+                f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | "
+                + (f"SKILL.md in {m['with_skill']:.0%} of prompts, {m['prompt_tokens']:.0f} prompt tokens | " if "with_skill" in m else "")
+                + f"{seconds:.2f} s"
                 + (f" | warning: {warning}" if warning else ""))
 
     async def validate(self, step: int) -> float | None:
-        """Score the val tasks at this step, log them, redraw the reward plot; their mean reward."""
+        """Score the val tasks at this step, log them, redraw the reward plot; their mean reward.
+
+        With --internalize, twice: without SKILL.md (the prompt the model will be served with: its scores are the
+        val split, so the plot and the best checkpoint follow them) and with it (logged as val/skill/...)."""
         if not self.val_tasks:
             return None
-        groups, stats, used = await self.gather(self.val_tasks, f"val @ {step}")
-        await self.model.log(groups, metrics={**stats.metrics("val_"), **used.metrics("eval")}, step=step, split="val")
+        mark, arm = self.scorer.usage.copy(), {}
+        groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None)
+        if self.fade:
+            on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md")
+            stats = Stats(**{f.name: getattr(stats, f.name) + getattr(more, f.name) for f in fields(Stats)})
+            rewards = [t.reward for g in on for t in g.trajectories]  # as val/reward: after the repeats' cut
+            means = {**step_means(on), "reward": sum(rewards) / len(rewards) if rewards else None}
+            arm = {f"skill/{k}": means[k] for k in ("reward", *DIMENSIONS, "prompt_tokens") if means.get(k) is not None}
+            print(f"val  {step:>4} | reward {fmt(means.get('reward'))} | with SKILL.md, {means.get('prompt_tokens', 0):.0f} "
+                  f"prompt tokens | {len(on)} tasks x {self.s.rollouts_per_group}", flush=True)
+        used = self.scorer.usage.since(mark)
+        await self.model.log(groups, metrics={**stats.metrics("val_"), **used.metrics("eval"), **arm}, step=step, split="val")
         await self.plot.draw(self.dir, f"{self.skill.name}: {self.s.run_name}")  # <run dir>/rewards.png, off the step's path
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
-        print(f"val  {step:>4} | reward {fmt(mean)} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
-              f"{stats.judge_failures}" + (" | the base model, before the warm start" if step == 0 else ""), flush=True)
+        without = (f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else "")
+        print(f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
+              f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else ""), flush=True)
         self.val_results.append((step, groups))
         return mean
 
@@ -199,8 +239,13 @@ class Trainer:
         if self.val_results:
             last_step, groups = self.val_results[-1]
             rows = [summarize(f"{self.model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], self.scorer)]
-            print_table(self.skill, rows, title=f"{self.skill.name}: validation of the trained model (step {last_step})")
+            print_table(self.skill, rows, title=f"{self.skill.name}: validation of the trained model (step {last_step})"
+                        + (", without SKILL.md" if self.fade else ""))
+            if self.fade:
+                print_arms(self.skill, arms(self.dir / "history.jsonl", last_step), last_step)
         print("\n" + "\n".join(backends.ending_lines(self.kind, self.s, self.model.name, kept)))
+        if self.fade:
+            print("\n".join(prompts.serve_lines(self.skill, self.fade.without)))
         if (kept.where / PLOT_NAME).exists():
             print(f"reward plot: {kept.where / PLOT_NAME}")
         print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
@@ -208,3 +253,54 @@ class Trainer:
         if line := self.scorer.cache_line():
             print(line)
         return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
+
+
+ARM_KEYS = ("format", "procedure", "correctness", "reward", "prompt_tokens")
+
+
+def arms(history: Path, last_step: int) -> list[dict]:
+    """--internalize's validation arms from the run's history (so a resumed run has its step 0 too): the base
+    model (step 0) and the model at `last_step`, each with and without SKILL.md; an arm not validated is left out."""
+    import json
+
+    rows: dict[int, dict] = {}
+    for line in history.read_text().splitlines() if history.exists() else []:
+        try:
+            h = json.loads(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+        if "val/reward" in h and h.get("step") in (0, last_step):
+            rows[h["step"]] = h
+    out = []
+    for step, who in [(0, "base model")] + ([(last_step, f"trained @{last_step}")] if last_step else []):
+        h = rows.get(step, {})
+        for prefix, prompt in (("val/skill/", "with SKILL.md"), ("val/", "without SKILL.md")):
+            if f"{prefix}reward" in h:
+                out.append({"arm": f"{who}, {prompt}", "step": step, "with_skill": prefix != "val/",
+                            **{k: h.get(prefix + k) for k in ARM_KEYS}})
+    return out
+
+
+def print_arms(skill: Skill, rows: list[dict], last_step: int) -> None:
+    """The side-by-side table of the arms, and the prompt tokens a request saves without SKILL.md."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from skill_rl.console import literal
+
+    if not rows:
+        return
+    table = Table(title=literal(f"{skill.name}: --internalize, validation arms on the same tasks"))
+    for i, h in enumerate(("arm", "format", "procedure", "correctness", "overall", "prompt tokens / request")):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        table.add_row(literal(r["arm"]), *(fmt(r[k]) for k in ARM_KEYS[:4]),
+                      "—" if r["prompt_tokens"] is None else f"{r['prompt_tokens']:.0f}")
+    console = Console()
+    console.width = max(console.width, 120)  # never wrap an arm's name or shorten a figure to fit a narrow pipe
+    console.print(table)
+    on = [r["prompt_tokens"] for r in rows if r["with_skill"] and r["prompt_tokens"]]
+    off = [r["prompt_tokens"] for r in rows if not r["with_skill"] and r["prompt_tokens"]]
+    if on and off:
+        saved = on[-1] - off[-1]
+        print(f"prompt tokens saved per request without SKILL.md: {saved:.0f} of {on[-1]:.0f} ({saved / on[-1]:.0%})")

@@ -15,6 +15,9 @@ of the teacher's samples only the best per task is kept. Val tasks never reach S
 examples, with their scores, go to `<run dir>/warmstart.jsonl` (a valid `--sft-from FILE`, so a
 paid teacher is called once), and the run's state (ART's `state.json`) records the warm start:
 it is never applied twice, and one stopped between epochs resumes at the next epoch.
+
+With `--internalize` every example is trained on twice: with SKILL.md and with what `--without-skill` names
+in its place (docs/internalize.md says why).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from skill_rl import cpu, flags
+from skill_rl import cpu, flags, prompts
 from skill_rl.errors import Exit
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec
 from skill_rl.keys import MASK, redact
@@ -299,14 +302,14 @@ class Outcome:
     failures: int = 0  # teacher tasks and judge groups that failed while collecting examples
 
 
-def _trajectories(skill: Skill, records: list[dict]):
+def _trajectories(skill: Skill, records: list[dict], without: str | None = None):
+    """One chat per example; `without` (--internalize): two, with SKILL.md and with that in its place."""
     import art
 
-    return [art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
-                                                 {"role": "user", "content": skill.task(r["task_id"]).input},
+    return [art.Trajectory(messages_and_choices=[*prompts.messages(skill, skill.task(r["task_id"]), with_skill, without or "stub"),
                                                  {"role": "assistant", "content": r["output"]}],
                            reward=r["reward"] or 0.0, metadata={"task_id": r["task_id"], "source": r["source"] or "file"})
-            for r in records]
+            for r in records for with_skill in ((True, False) if without else (True,))]
 
 
 def _logged(model, step: int) -> dict:
@@ -320,11 +323,12 @@ def _fmt(x) -> str:
     return "  —  " if x is None else f"{x:.3g}"
 
 
-async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event) -> int:
+async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event,
+                  without: str | None = None) -> int:
     """Run the epochs `state` has not done yet, one `train_sft` call (one checkpoint) each; return how many ran."""
     import art
 
-    examples, ran = _trajectories(skill, records), 0
+    examples, ran = _trajectories(skill, records, without), 0
     config = art.TrainSFTConfig(learning_rate=state["learning_rate"], batch_size=state["batch_size"])
     while state["epochs_done"] < state["epochs"] and not stop.is_set():
         epoch, start, before = state["epochs_done"] + 1, time.perf_counter(), await model.get_step()
@@ -402,5 +406,6 @@ async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: a
         records, state, failures = await _begin(args, plan, model, scorer, tasks, path)
     else:
         records = _resumed(path, scorer.skill, state)
-    ran = await _epochs(model, scorer.skill, records, state, args.seed, stop)
+    without = args.without_skill if getattr(args, "internalize", False) else None
+    ran = await _epochs(model, scorer.skill, records, state, args.seed, stop, without)
     return Outcome(steps=state["step"] - state["start_step"], trained=ran > 0, failures=failures)
