@@ -317,7 +317,7 @@ def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, sp
     records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
     payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
                "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
-               "uplift": result["uplift"], "prompt_saving": result["saving"], "judge_usage": result["judge_usage"].as_dict() if judge else None,
+               "uplift": result["uplift"], "prompt_saving": result.get("saving", {}), "judge_usage": result["judge_usage"].as_dict() if judge else None,
                "judge_cache": result["judge_cache"].as_dict() if result.get("judge_cache") else None,
                "errors": result["errors"], "judge_failures": result["judge_failures"],
                "check_errors": result["check_errors"], "records": records}
