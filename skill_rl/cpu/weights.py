@@ -10,6 +10,7 @@ import json
 import math
 import os
 import struct
+import time
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
@@ -34,10 +35,27 @@ def quiet_threads() -> None:
 
 
 def threads() -> int:
-    """Torch threads: SKILL_RL_CPU_THREADS, else the cores that the load average leaves free (at least 1)."""
+    """Torch threads: SKILL_RL_CPU_THREADS, else the cores that other work leaves free now (busy_cores; at least 1)."""
     if os.environ.get("SKILL_RL_CPU_THREADS", "").isdigit() and int(os.environ["SKILL_RL_CPU_THREADS"]) > 0:
         return int(os.environ["SKILL_RL_CPU_THREADS"])
-    return max(1, (os.cpu_count() or 1) - int(os.getloadavg()[0]))  # whole cores busy elsewhere
+    return max(1, (os.cpu_count() or 1) - int(busy_cores() + 0.25))  # whole cores busy elsewhere
+
+
+def busy_cores(seconds: float = 0.5) -> float:
+    """Cores busy now, from /proc/stat over `seconds` (the 1-minute load average where it cannot be read). Not the
+    load average alone: it lags, reading ~1 a minute after other work stopped, and a run started then took one
+    thread for its whole length, half the speed of an idle 2-core machine."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+
+    try:
+        (total0, idle0), _ = sample(), time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0]
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(1, total1 - total0))
 
 
 def precision() -> str:
