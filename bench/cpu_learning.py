@@ -21,9 +21,7 @@ import io
 import json
 import resource
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import train_skill  # noqa: E402
+from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 
 STEP_LINE = re.compile(r"^(?:step|sft +\d+/\d+ \| step) +(\d+) \|.*?\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
@@ -119,11 +118,7 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=None, help="keep the run here (default: a temporary folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
-    if not cpu.available():
-        print(f"error: needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}", file=sys.stderr)
-        return 2
-    cpu.quiet_threads()
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="cpu-learning-"))
+    work = cpu_workdir("cpu-learning-", a.workdir)
     skills = ROOT / "skills"
     started = time.perf_counter()
     cpu.load_base(*cpu.locate(cpu.TINY_MODEL))

@@ -21,12 +21,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
+from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 
 BASELINE = "749bbdf"  # main before bf16 and batched decoding (float32, one prompt's rows decoded at a time)
@@ -69,10 +69,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3, help="RL steps timed on each path (default 3)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
-    if not cpu.available():
-        print(f"error: needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}", file=sys.stderr)
-        return 2
-    tmp = Path(tempfile.mkdtemp(prefix="cpu-steps-"))
+    tmp = cpu_workdir("cpu-steps-")
     old_tree = tmp / "baseline"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old_tree), a.baseline], check=True)
     try:

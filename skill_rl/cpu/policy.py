@@ -82,7 +82,7 @@ class Policy:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
         with self.lock, torch.no_grad(), self._adapter(adapter):
             self.model.eval()
-            cache = self._batch_cache([(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], max_tokens + 1)
+            cache = self._batch_cache([(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], width + max_tokens)
             out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=max_tokens,
                                       eos_token_id=sorted(self.stop_ids), pad_token_id=self.tokenizer.pad_token_id,
                                       output_logits=True, return_dict_in_generate=True, **sampling)
@@ -96,24 +96,20 @@ class Policy:
         release_memory()
         return samples
 
-    def _batch_cache(self, parts, room: int):
+    def _batch_cache(self, parts, size: int):
         """One KV cache for rows of several prefixes, each (prefix [1, length], rows, left padding) computed once,
         repeated for its rows and left-padded with zeros (masked out by the attention mask), in a cache allocated
-        once with `room` for the new tokens: a growing cache copies all of itself at every decoding step, which
-        with a 1,500-token prompt was a third of the generation's time."""
+        once for `size` positions (the prompts and the new tokens): a growing cache copies all of itself at every
+        decoding step, which with a 1,500-token prompt was a third of the generation's time."""
         import torch
         from transformers import StaticCache
 
         caches = [(self.prefix_cache(prefix, 1), n, pad) for prefix, n, pad in parts]
-        length = caches[0][0].layers[0].keys.shape[2] + caches[0][2] if caches[0][0].layers else 0
-        static = StaticCache(config=self.model.config, max_cache_len=length + room)
-        for i in range(len(caches[0][0].layers) if length else 0):
-            keys, values = [], []
-            for cache, n, pad in caches:
-                k, v = cache.layers[i].keys, cache.layers[i].values
-                keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)).expand(n, -1, -1, -1))
-                values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)).expand(n, -1, -1, -1))
-            static.update(torch.cat(keys), torch.cat(values), i)
+        static = StaticCache(config=self.model.config, max_cache_len=size)
+        for i in range(len(caches[0][0].layers)):  # no layers: every prompt is one token, nothing to prefill
+            padded = [[torch.nn.functional.pad(t, (0, 0, pad, 0)).expand(n, -1, -1, -1)
+                       for t in (cache.layers[i].keys, cache.layers[i].values)] for cache, n, pad in caches]
+            static.update(torch.cat([k for k, _ in padded]), torch.cat([v for _, v in padded]), i)
         return static
 
     def prefix_cache(self, prefix, n: int):

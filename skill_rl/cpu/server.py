@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -119,12 +120,9 @@ class Server:
             queue_ = [(prompt, job) for prompt, group in by_prompt.items() for job in group]
             for i in range(0, len(queue_), GEN_BATCH):
                 chunk = queue_[i:i + GEN_BATCH]
-                prompts: dict[tuple, int] = {}
-                for prompt, _ in chunk:
-                    prompts[prompt] = prompts.get(prompt, 0) + 1
+                rows = Counter(prompt for prompt, _ in chunk)  # in the chunk's prompt order, as samples come back
                 try:
-                    samples = self.policy.generate_many([(list(p), n) for p, n in prompts.items()], temperature,
-                                                        max_tokens, adapter)
+                    samples = self.policy.generate_many([(list(p), n) for p, n in rows.items()], temperature, max_tokens, adapter)
                 except Exception as e:  # handed to the waiting request, which answers 500 with it
                     for _, j in chunk:
                         j.done.set_exception(e)
