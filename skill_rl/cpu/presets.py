@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from skill_rl.cpu.weights import TINY_MODEL, locate, quiet_threads
+from skill_rl.prompts import Fade
 
 
 # Short runs that finish on two CPU cores; every one can be overridden by its flag. The tiny base model
@@ -27,10 +28,32 @@ GEN_BATCH = 16  # completions generated together
 BATCH_WINDOW_S = 0.2  # how long the server waits for more requests before generating
 
 
-# Measured with bench/cpu_learning.py on git-commit (README, "Learning on CPU"), 2 CPU cores: seconds an RL
-# step took with the defaults above (74-120 s, mean 88 over 10 steps), seconds per val task in a validation
-# of 4 rollouts each (about 81 s for 6 tasks), and seconds per warm-start example (602 s for 64).
-STEP_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS = 88, 13.5, 9.4
+# Measured on git-commit with the README's first command on the quiet 2-core machine (docs/cpu-learning.md,
+# "How long the rehearsal takes"; 925 s in all): seconds an RL step took with the defaults above (40-64 s, mean
+# 49 over 10 steps), seconds per val task in a validation of 4 rollouts each (25-29 s for 6 tasks), seconds per
+# warm-start example (296 s for 64), and the rest (imports, loading the model, the last checkpoint's report).
+STEP_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS, STARTUP_SECONDS = 49, 4.5, 4.6, 30
+# An RL step whose prompts leave SKILL.md out (--internalize), as a share of one whose prompts carry it: both
+# generation and the training pass read the whole prompt (bench/internalize.py; docs/internalize.md).
+WITHOUT_SKILL_STEP_SHARE = 0.4
+
+
+def estimated_seconds(args, val_tasks: int, train_tasks: int) -> float:
+    """How long a CPU run with these settings takes on the quiet 2-core machine the constants above were measured
+    on: startup, the warm start's examples, the RL steps (cheaper without SKILL.md), the validations."""
+    per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
+    warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
+    last = warm + args.steps
+    internal = getattr(args, "internalize", False)  # validates with and without SKILL.md, the base model too
+    if internal:  # steps cost less as SKILL.md leaves their prompts (prompts.Fade: the expected share carrying it)
+        fade = Fade(args.steps, args.internalize_floor)
+        carried = sum(fade.probability(s) for s in range(1, args.steps + 1)) / max(1, args.steps)
+        per_step *= carried + (1 - carried) * WITHOUT_SKILL_STEP_SHARE
+    validations = (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
+    val = (min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
+           * (2 if internal else 1))
+    return (STARTUP_SECONDS + args.steps * STEP_SECONDS * per_step + validations * val
+            + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1))
 
 
 def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
@@ -39,14 +62,7 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
     Exits 2 first when the base model's weights are not on this machine."""
     locate(base_model)
     quiet_threads()
-    per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
-    warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
-    last = warm + args.steps
-    internal = getattr(args, "internalize", False)  # validates with and without SKILL.md, the base model too
-    validations = (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
-    val = (min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
-           * (2 if internal else 1))
-    seconds = args.steps * STEP_SECONDS * per_step + validations * val + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1)
+    seconds = estimated_seconds(args, val_tasks, train_tasks)
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
     return (f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "

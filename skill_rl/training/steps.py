@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -209,7 +210,7 @@ class Trainer:
         val split, so the plot and the best checkpoint follow them) and with it (logged as val/skill/...)."""
         if not self.val_tasks:
             return None
-        mark, arm = self.scorer.usage.copy(), {}
+        mark, arm, started = self.scorer.usage.copy(), {}, time.perf_counter()
         groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None)
         if self.fade:
             on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md")
@@ -226,7 +227,8 @@ class Trainer:
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         without = (f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else "")
         print(f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
-              f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else ""), flush=True)
+              f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
+              + f" | {time.perf_counter() - started:.1f} s", flush=True)
         self.val_results.append((step, groups))
         return mean
 

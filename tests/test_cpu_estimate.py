@@ -1,0 +1,50 @@
+"""The CPU rehearsal's printed time estimate: what each part of a run adds to it (cpu/presets.py).
+
+The constants are measured (docs/cpu-learning.md); these tests hold the arithmetic that combines them."""
+
+from argparse import Namespace
+
+import pytest
+
+from skill_rl.cpu import presets
+from skill_rl.prompts import Fade
+
+
+def settings(**changed) -> Namespace:
+    base = {**presets.DEFAULTS, "eval_every": presets.DEFAULTS["steps"], "sft_epochs": 1, "internalize": False,
+            "internalize_floor": 0.3}
+    return Namespace(**{**base, **changed})
+
+
+def test_the_defaults_add_up_their_parts():
+    s = presets.estimated_seconds(settings(), val_tasks=24, train_tasks=64)
+    validations = 4  # the base model, after the warm start, at step eval_every, at the end
+    parts = (presets.STARTUP_SECONDS + 10 * presets.STEP_SECONDS + validations * 6 * presets.VAL_TASK_SECONDS
+             + 64 * presets.SFT_EXAMPLE_SECONDS)
+    assert s == pytest.approx(parts)
+
+
+def test_more_steps_cost_steps_and_fewer_answers_cost_less():
+    base = presets.estimated_seconds(settings(eval_every=1000), 24, 64)
+    assert presets.estimated_seconds(settings(steps=20, eval_every=1000), 24, 64) == pytest.approx(base + 10 * presets.STEP_SECONDS)
+    assert presets.estimated_seconds(settings(rollouts_per_group=2, eval_every=1000), 24, 64) < base
+    assert presets.estimated_seconds(settings(eval_every=2), 24, 64) == pytest.approx(  # steps 2, 4, .., 10 validate
+        base + 5 * 6 * presets.VAL_TASK_SECONDS)
+
+
+def test_no_warm_start_drops_its_examples_and_its_validation():
+    base = presets.estimated_seconds(settings(eval_every=1000), 24, 64)
+    cold = presets.estimated_seconds(settings(sft=False, eval_every=1000), 24, 64)
+    assert base - cold == pytest.approx(64 * presets.SFT_EXAMPLE_SECONDS + 2 * 6 * presets.VAL_TASK_SECONDS)
+
+
+@pytest.mark.parametrize("floor", [0.3, 1.0])
+def test_internalize_doubles_the_warm_start_and_validations_and_cheapens_steps_without_the_skill(floor):
+    plain = presets.estimated_seconds(settings(), 24, 64)
+    internal = presets.estimated_seconds(settings(internalize=True, internalize_floor=floor), 24, 64)
+    carried = sum(Fade(10, floor).probability(s) for s in range(1, 11)) / 10
+    steps = 10 * presets.STEP_SECONDS * (carried + (1 - carried) * presets.WITHOUT_SKILL_STEP_SHARE)
+    assert internal - plain == pytest.approx(64 * presets.SFT_EXAMPLE_SECONDS + 4 * 6 * presets.VAL_TASK_SECONDS
+                                             + steps - 10 * presets.STEP_SECONDS)
+    if floor == 1.0:  # no RL step carries SKILL.md
+        assert steps == pytest.approx(10 * presets.STEP_SECONDS * presets.WITHOUT_SKILL_STEP_SHARE)
