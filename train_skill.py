@@ -104,10 +104,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--project", type=flags.path_part, default="skill-rl", help="ART project (default skill-rl)")
     t.add_argument("--seed", type=int, default=0, help="seed for the task order and --internalize's schedule (default 0)")
     t.add_argument("--internalize", action="store_true",
-                   help="train the skill into the weights: the chance that a prompt carries SKILL.md falls from 1 to 0 "
-                        "over the run's RL steps (the warm start trains each example with and without it); the reward still scores against it (docs/internalize.md)")
+                   help="train the skill into the weights: the warm start trains each example with SKILL.md and without it, then RL's "
+                        "prompts leave it out (without a warm start, the chance that a prompt carries it falls from 1 to 0 over the RL "
+                        "steps); the reward still scores against it (docs/internalize.md)")
     t.add_argument("--internalize-floor", type=flags.number(minimum=0, maximum=1), default=None, metavar="F",
-                   help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default {prompts.DEFAULT_FLOOR:g})")
+                   help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default {prompts.WARM_FLOOR:g} "
+                        f"after a warm start: every RL step; {prompts.DEFAULT_FLOOR:g} without one)")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)

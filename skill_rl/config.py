@@ -62,6 +62,10 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
         picked = None
     presets(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
     sft = warmstart.prepare(s, skill, by_default)  # --sft flags and files: every problem, before anything runs
+    if getattr(s, "internalize", False) and s.internalize_floor is None:
+        from skill_rl.prompts import default_floor
+
+        s.internalize_floor = default_floor(sft is not None)
     plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
     s.backend, s.base_model = plan.kind, plan.base_model
     s.run_name = s.run_name or run_name(skill, s.base_model)
@@ -73,9 +77,8 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
 
 
 def internalize(s: argparse.Namespace) -> None:
-    """--internalize and --without-skill: where they apply, and their defaults (docs/internalize.md)."""
-    from skill_rl.prompts import DEFAULT_FLOOR
-
+    """--internalize and --without-skill: where they apply, and their defaults (docs/internalize.md); the floor's
+    default waits for the warm start's plan (resolve)."""
     get = lambda name, default=None: getattr(s, name, default)  # noqa: E731 (a Namespace built by a test may lack some)
     internal, without, floor = get("internalize", False), get("without_skill"), get("internalize_floor")
     baseline = get("eval") and get("baseline")
@@ -88,7 +91,6 @@ def internalize(s: argparse.Namespace) -> None:
     if without is not None and not internal and not baseline:
         raise Exit(2, "--without-skill applies to --eval --baseline and to --internalize")
     if internal:
-        s.internalize_floor = DEFAULT_FLOOR if floor is None else floor
         s.without_skill = without or "stub"
     elif baseline:
         s.without_skill = without or "description"  # what --baseline always sent

@@ -34,6 +34,20 @@ def test_the_chance_of_the_skill_falls_linearly_to_zero_for_the_last_floor_share
     assert fade.probability(0) == 1.0  # before RL (the warm start, step 0's validation)
 
 
+@pytest.mark.parametrize("flags,floor", [(["--sft"], 1.0), (["--no-sft"], 0.3), (["--sft", "--internalize-floor", "0.5"], 0.5)])
+def test_after_a_warm_start_no_rl_prompt_carries_the_skill_unless_the_floor_is_given(flags, floor):
+    import train_skill
+    from skill_rl import config
+    from skill_rl.skills import find_skill, skill_dirs
+
+    args = train_skill.parse_args(["--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none",
+                                   "--internalize", *flags])
+    settings = config.resolve(args, load_skill(find_skill(skill_dirs(None), "git-commit"))).settings
+    assert settings.internalize_floor == floor
+    fade = Fade(10, settings.internalize_floor)
+    assert (fade.fading == 0) == (floor == 1.0) and fade.probability(10) == 0.0
+
+
 def test_which_steps_carry_the_skill_is_fixed_by_seed_step_and_task():
     tasks = [f"t{i}" for i in range(200)]
     fade = Fade(10, 0.3, seed=7)

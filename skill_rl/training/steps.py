@@ -140,6 +140,9 @@ class Trainer:
             if before and before.get("steps") != self.fade.steps:
                 print(f"note: --internalize: --steps {self.fade.steps}, not {before.get('steps')}: the schedule of the "
                       "steps not yet trained follows the new total", file=sys.stderr)
+            if before and before.get("floor") not in (None, self.fade.floor):
+                print(f"note: --internalize: --internalize-floor {self.fade.floor:g}, not {before['floor']:g}: the steps not "
+                      "yet trained follow the new schedule", file=sys.stderr)
             self.model.merge_state({prompts.STATE_KEY: self.fade.record()})
             print(self.fade.describe(self.skill), flush=True)
 
