@@ -10,10 +10,17 @@ from skill_rl import cpu
 
 
 def cpu_workdir(prefix: str, chosen: Path | None = None) -> Path:
-    """`chosen`, else a new temporary folder named `prefix`...; exit 2 with one line when the [cpu] extra or the
-    tiny model is missing. Idle torch threads are set to sleep first (cpu.quiet_threads), before torch loads."""
+    """`chosen` (made if missing), else a new temporary folder named `prefix`...; exit 2 with one line when the
+    [cpu] extra or the tiny model is missing, or `chosen` cannot be made. Idle torch threads are set to sleep first (cpu.quiet_threads), before torch loads."""
     if not cpu.available():
         print(f"error: needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}", file=sys.stderr)
         raise SystemExit(2)
     cpu.quiet_threads()
-    return chosen or Path(tempfile.mkdtemp(prefix=prefix))
+    if chosen is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    try:  # a bench's --workdir: where to keep its run, new or not
+        chosen.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: --workdir {chosen}: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(2)
+    return chosen
