@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import config, configfile, export, flags, keys, mining, prompts
+from skill_rl import config, configfile, export, flags, keys, mining, progress, prompts
 from skill_rl.training import backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
@@ -199,6 +199,8 @@ def main(argv=None) -> int:
     keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")))
     if argv is None:  # the command itself (script, -m, console script): redact until the process ends
         keys.redact_process_output()
+        if not progress.shown(args.quiet):  # other libraries' tqdm bars too (loading GGUF weights), as ours and ART's
+            os.environ.setdefault("TQDM_DISABLE", "1")  # read when tqdm is first imported: before ART, transformers
     with keys.redacted_output():  # whatever is printed from here on, by us or a library, names no key
         return run(args)
 

@@ -150,6 +150,7 @@ def test_a_second_training_of_a_run_exits_2_naming_the_first_and_sigterm_stops_i
         assert first.returncode == 143 and "SIGTERM: stopping after this step" in before and "stopped early: yes" in out, \
             (before + err)[-1500:]
         assert "Traceback" not in before + err and trained_steps(tmp_path) == [1, 2]
+        assert "%|" not in before + err and "it/s]" not in before + err  # no progress bars (ART's too): stderr is a pipe
         again = main_in_process(capfd, *cmd[2:])
     assert again.returncode == 0 and "starting at step 2 of 4" in again.stdout, again.stderr[-1500:]
     assert trained_steps(tmp_path) == [1, 2, 3, 4]
