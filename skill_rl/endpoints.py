@@ -69,8 +69,8 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
             messages=messages), total)
     outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]  # servers echo keys
     if prompt_tokens is not None:
-        counted = getattr(getattr(completion, "usage", None), "prompt_tokens", None)
-        prompt_tokens.append(counted if isinstance(counted, int) and counted > 0 else -prompts.estimated_tokens(messages))
+        tokens, estimated = prompts.prompt_tokens(completion, messages)
+        prompt_tokens.append(-tokens if estimated else tokens)
     while len(outs) < samples:  # servers that ignore `n`
         async with gate:
             more = await whole(client.chat.completions.create(

@@ -3,8 +3,8 @@ left out, and `--internalize`'s schedule of which prompts carry the skill.
 
 `--internalize` trains the skill into the weights: early rollouts see SKILL.md, later ones less and less
 often, the last ones never (after a warm start, which trains with SKILL.md and without it, none: default_floor);
-the scorer always sees it (scoring/reward.py builds its own messages from
-SKILL.md), so the reward still pays for the skill while the policy learns to do without it. The choice
+the scorer always sees it (scoring/reward.py builds its own messages from SKILL.md), so the reward still pays
+for the skill while the policy learns to do without it. The choice
 is made per (run seed, RL step, task), from a hash: every rollout of a group answers the same prompt (a
 group compares answers to one prompt), and a resumed run makes the same choices it would have made.
 """
@@ -54,6 +54,15 @@ def estimated_tokens(msgs: list[dict]) -> int:
     """Prompt tokens when no server counted them: 3 characters a token plus 8 a message for the chat
     template, deliberately high as Skill.prompt_tokens is (code and diffs tokenize denser than prose)."""
     return sum(len(m["content"]) // 3 + 8 for m in msgs)
+
+
+def prompt_tokens(completion, msgs: list[dict]) -> tuple[int, bool]:
+    """The prompt's tokens for a chat completion of `msgs`: as the server counted them (its usage), else
+    estimated (estimated_tokens); and whether they were estimated."""
+    counted = getattr(getattr(completion, "usage", None), "prompt_tokens", None)
+    if isinstance(counted, int) and counted > 0:
+        return counted, False
+    return estimated_tokens(msgs), True
 
 
 def _uniform(*parts) -> float:

@@ -62,17 +62,14 @@ class Policy:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         return list(ids)
 
-    def generate(self, prompt: list[int], n: int, temperature: float, max_tokens: int, adapter: bool) -> list[Sample]:
-        """`n` completions of one prompt, its prefix computed once; logprobs are of the unscaled (temperature 1) policy."""
-        return self.generate_many([(prompt, n)], temperature, max_tokens, adapter)
-
     def generate_many(self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int,
                       adapter: bool) -> list[Sample]:
         """Completions of several prompts ((prompt, how many) each), decoded together as one batch.
 
         Each prompt's prefix is computed once and repeated for its rows; the prefixes are left-padded to one
         length (the padding masked out) so that every decoding step runs all rows at once: a step of 4 groups
-        decodes max_tokens times, not 4 x max_tokens times. Samples come back in the order asked."""
+        decodes max_tokens times, not 4 x max_tokens times. Samples come back in the order asked; logprobs are of
+        the unscaled (temperature 1) policy."""
         import torch
 
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {"do_sample": False}

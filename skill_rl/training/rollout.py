@@ -37,10 +37,8 @@ async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: fl
     traj.messages_and_choices.append(choice)
     traj.metrics["truncated"] = float(choice.finish_reason == "length")
     if without is not None:
-        counted = getattr(completion.usage, "prompt_tokens", None) if completion.usage else None
         traj.metrics["with_skill"] = float(with_skill)
-        traj.metrics["prompt_tokens"] = float(counted if isinstance(counted, int) and counted > 0
-                                              else prompts.estimated_tokens(messages))
+        traj.metrics["prompt_tokens"] = float(prompts.prompt_tokens(completion, messages)[0])
     return traj
 
 
