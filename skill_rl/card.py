@@ -22,8 +22,8 @@ def _trained_under(skill, where: Path) -> str:
         sent = {"stub": "the one line in `system_prompt.txt`", "none": "no system message (`system_prompt.txt` is empty)",
                 "description": "the skill's description (`system_prompt.txt`)"}[record["without_skill"]]
         return ("This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
-                "the skill's SKILL.md **and to do without it** (`--internalize`: SKILL.md faded out of its prompts over "
-                f"the run, {record['steps']} RL steps, the last {record['steps'] - record['fading_steps']} without it; the "
+                "the skill's SKILL.md **and to do without it** (`--internalize`: SKILL.md left its prompts during training, "
+                f"{record['steps']} RL steps, the last {record['steps'] - record['fading_steps']} without it; the "
                 f"reward always scored against it): send it {sent} and the task, no SKILL.md.\n")
     return ("This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
             "the skill's SKILL.md, **which it was always given as the system message**: give it the same system message "

@@ -39,6 +39,7 @@ from skill_rl.skills import brief
 MANIFEST = "export.json"
 EVAL_CHART = "eval.png"  # --card-eval's chart.png, shown in the card
 HUB = "https://huggingface.co"
+HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")  # a Hub repository id: owner/name
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # Causal LMs whose safetensors folder Ollama's `ollama create` converts (ollama/ollama convert/convert.go,
 # LoadModelMetadata, read at commit 01cf744); a Modelfile is written only for these, and only with a ChatML
@@ -241,7 +242,7 @@ def portable(config: Path, base_model: str) -> None:
 
 
 def hub_id(name: str) -> bool:
-    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", name)) and not Path(name).expanduser().exists()
+    return bool(HUB_REPO.fullmatch(name)) and not Path(name).expanduser().exists()
 
 
 def clear_stale(out: Path) -> None:
@@ -317,7 +318,7 @@ def hub_login(repo: str) -> tuple[str, str]:
     from skill_rl import keys
     from skill_rl.env import reachable
 
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+    if not HUB_REPO.fullmatch(repo):
         raise Exit(2, f"--push-to-hub {repo!r}: a Hub repository is owner/name")
     try:
         from huggingface_hub import get_token
