@@ -9,6 +9,11 @@ The public API for a skill's checks.py:
         "The output is not empty."
         return bool(output.strip())
 
+    @check("correctness", kind="estimate", cut=0.3)  # a guess at content: never pays, cuts when it fails
+    def on_topic(output: str, task: Task) -> bool:
+        "The answer names something of the input."
+        return any(w in task.input for w in output.split())
+
 and for a skill's exploits.py (degenerate policies its reward must not pay for; skill_rl/scoring/exploits.py):
 
     from skill_rl import exploit, Task

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from skill_rl.console import literal
+from skill_rl.scoring.checks import is_estimate
 from skill_rl.scoring.derived import derive
 from skill_rl.errors import Exit
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
@@ -77,7 +78,9 @@ def print_check(skill: Skill) -> int:
     weights = ", ".join(f"{d} {skill.weights[d]:g}" for d in DIMENSIONS)
     console.print(f"rubric weights: {weights}; judged by RULER: {', '.join(skill.judged) or 'nothing'}")
     checks = [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
-    console.print(f"deterministic checks (checks.py): {', '.join(checks) or 'none'}")
+    shown = [n + " (estimate)" * is_estimate(getattr(skill.checks, n)) for n in checks]
+    console.print(f"deterministic checks (checks.py): {', '.join(shown) or 'none'}"
+                  + ("; an estimate only cuts the reward, never pays (docs/scoring.md)" if shown != checks else ""))
     print_derived(console, skill, set(checks))
     console.print(f"exploits (exploits.py): {len(skill_exploits(skill))}, plus {len(GENERIC)} generic")
     console.print("procedure:")

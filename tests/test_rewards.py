@@ -97,6 +97,46 @@ def test_covers_must_be_a_share():
             check("format", covers=bad)
 
 
+@check("correctness", kind="estimate", cut=0.4)
+def _about_it(output, task):
+    return None if "?" in output else ("ok" in output)
+
+
+def test_a_passing_estimate_is_neutral_and_a_failing_one_cuts_by_its_share():
+    fns = [_gate, _third]
+    facts = combine(SKILL, fns, run_checks(fns, "ok!", None))
+    with_estimate = combine(SKILL, fns + [_about_it], run_checks(fns + [_about_it], "ok!", None))
+    assert with_estimate.reward == facts.reward and with_estimate.cut == 0.0  # passing never pays
+    assert with_estimate.covers == facts.covers  # an estimate covers nothing of its dimension
+    failing = combine(SKILL, fns + [_about_it], run_checks(fns + [_about_it], "no!", None))
+    assert failing.reward == pytest.approx(combine(SKILL, fns, run_checks(fns, "no!", None)).reward * 0.6)
+    assert failing.cut == pytest.approx(0.4) and failing.metrics()["cut"] == pytest.approx(0.4)
+
+
+def test_an_estimate_never_lifts_a_score_with_or_without_the_judge():
+    fns = [_gate, _third, _about_it]
+    for judge in (None, {"correctness": 0.2}, {"correctness": 1.0}):
+        for output in ("ok!", "ok", "no", "no!", "ok?"):
+            plain = combine(SKILL, fns[:2], run_checks(fns[:2], output, None), judge)
+            assert combine(SKILL, fns, run_checks(fns, output, None), judge).reward <= plain.reward + 1e-12
+
+
+def test_an_estimate_leaves_its_dimension_to_the_judge():
+    skill = dataclasses.replace(SKILL, judged=("correctness",))
+    only_estimate = combine(skill, [_gate, _about_it], run_checks([_gate, _about_it], "ok", None), {"correctness": 0.3})
+    assert only_estimate.correctness == pytest.approx(0.3) and "correctness" not in only_estimate.covers
+
+
+def test_check_kinds_are_declared_and_checked():
+    assert _about_it.kind == "estimate" and _third.kind == "fact" and _third.cut == 0.0
+    assert check("format", kind="estimate")(lambda o, t: True).cut == 0.25  # DEFAULT_CUT
+    for kwargs, message in (({"kind": "guess"}, "kind must be one of"), ({"kind": "estimate", "gate": True}, "covers nothing"),
+                            ({"kind": "estimate", "covers": 0.2}, "covers nothing"), ({"cut": 0.2}, "cut is for"),
+                            ({"kind": "estimate", "cut": 0}, "cut must be a number in")):
+        with pytest.raises(ValueError, match=message):
+            check("format", **kwargs)
+
+
 def test_judge_and_checks_average_within_a_dimension_and_the_judge_fills_the_rest():
     s = combine(SKILL, FNS, run_checks(FNS, "ok but far too long", None), {"procedure": 0.8, "correctness": 0.1})
     assert s.format == 0.5 and s.procedure == 0.8 and s.correctness == pytest.approx((0.5 + 0.1) / 2)

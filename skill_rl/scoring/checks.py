@@ -30,25 +30,48 @@ _timeouts: dict[Callable, int] = {}  # check -> how often it timed out in this p
 
 
 DEFAULT_COVERS = 0.5  # of a judged dimension: what its applicable checks without `covers` cover together
+DEFAULT_CUT = 0.25  # of the reward: what an estimate without `cut` takes off when it fails outright
+KINDS = ("fact", "estimate")
 
 
-def check(dimension: str, *, gate: bool = False, key: bool = False, covers: float | None = None):
+def check(dimension: str, *, gate: bool = False, key: bool = False, covers: float | None = None,
+          kind: str = "fact", cut: float | None = None):
     """Declare a pure function `(output: str, task: Task) -> bool | float | None` as a rubric check.
 
-    gate: failing it zeroes its whole dimension. key: report its pass rate in `--eval` tables.
-    covers: the share of its dimension the check covers, in (0, 1] (see the module docstring); None: the
-    checks without it share DEFAULT_COVERS of a judged dimension.
+    kind: "fact" (the default) for what the format's rules, `expect` or the input fix: it may pay fully, for the
+    share of its dimension it covers. "estimate" for a guess at content (is the subject about this diff, does the
+    body say something): it never pays. Passing is neutral; a result v < 1 multiplies the reward by
+    1 - cut * (1 - v), so an empty or generic answer loses and no answer gains (rubric.py).
+    gate: failing it zeroes its whole dimension (facts only). key: report its pass rate in `--eval` tables.
+    covers: a fact's share of its dimension, in (0, 1] (see the module docstring); None: the facts without it
+    share DEFAULT_COVERS of a judged dimension. cut: an estimate's largest cut of the reward, in (0, 1];
+    None: DEFAULT_CUT.
     """
     if dimension not in DIMENSIONS:
         raise ValueError(f"check dimension must be one of {DIMENSIONS}, got {dimension!r}")
+    if kind not in KINDS:
+        raise ValueError(f"check kind must be one of {KINDS}, got {kind!r}")
     if covers is not None and not (isinstance(covers, numbers.Real) and 0 < covers <= 1):
         raise ValueError(f"check covers must be a number in (0, 1], got {covers!r}")
+    if cut is not None and not (isinstance(cut, numbers.Real) and 0 < cut <= 1):
+        raise ValueError(f"check cut must be a number in (0, 1], got {cut!r}")
+    if kind == "estimate" and (gate or covers is not None):
+        raise ValueError("an estimate check covers nothing and gates nothing (it only cuts, by `cut`); "
+                         "declare it kind='fact' to cover or gate")
+    if kind == "fact" and cut is not None:
+        raise ValueError("check cut is for kind='estimate'; a fact covers a share of its dimension (`covers`)")
 
     def mark(fn: Callable[[str, Task], CheckResult]):
-        fn.dimension, fn.gate, fn.key, fn.covers = dimension, gate, key, covers
+        fn.dimension, fn.gate, fn.key, fn.covers, fn.kind = dimension, gate, key, covers, kind
+        fn.cut = (DEFAULT_CUT if cut is None else float(cut)) if kind == "estimate" else 0.0
         return fn
 
     return mark
+
+
+def is_estimate(fn: Callable) -> bool:
+    """Whether a check is a content estimate (it only cuts); a check marked before kinds existed is a fact."""
+    return getattr(fn, "kind", "fact") == "estimate"
 
 
 _TASK_INPUTS: ContextVar[tuple[str, ...]] = ContextVar("task_inputs", default=())

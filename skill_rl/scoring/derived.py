@@ -233,7 +233,7 @@ def _make(name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: b
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
     fn.constraint, fn.limit = (name, target), limit
-    return check(dimension, gate=gate, key=key, covers=DERIVED_COVERS)(fn)
+    return check(dimension, gate=gate, key=key, covers=DERIVED_COVERS, kind="fact")(fn)  # what SKILL.md states
 
 
 def headings_check(wanted: list[tuple[int, str]], shown: list[str]):

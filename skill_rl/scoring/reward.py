@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skill_rl.scoring.checks import CheckResults, run_checks_group, scoring, where
+from skill_rl.scoring.checks import CheckResults, is_estimate, run_checks_group, scoring, where
 from skill_rl.scoring.rubric import Score, clamp, combine, skill_checks
 from skill_rl.scoring.injection import addresses_grader, normalise
 from skill_rl.keys import redact
@@ -251,10 +251,11 @@ class Scorer:
 
     @property
     def judged_dimensions(self) -> tuple[str, ...]:
-        """Dimensions the judge scores: those the skill asks for, plus any that no check covers."""
+        """Dimensions the judge scores: those the skill asks for, plus any that no fact covers (an estimate covers
+        nothing: rubric.py)."""
         if self.judge is None:
             return ()
-        covered = {f.dimension for f in self.fns}
+        covered = {f.dimension for f in self.fns if not is_estimate(f)}
         return tuple(d for d in ("format", "procedure", "correctness")
                      if (d in self.skill.judged or d not in covered) and self.skill.weights[d] > 0)
 

@@ -15,6 +15,14 @@ judged dimension with the other such checks that apply: checks and judge half an
 A failing *gate* check zeroes its dimension at the dimension's full weight (the judge cannot rescue it);
 a dimension nothing scored drops out.
 
+All of the above is about *facts* (`@check(kind="fact")`, the default): what the format's rules, `expect` or the
+input fix. A content *estimate* (`kind="estimate"`: is the subject about this diff, does the body say
+something) covers nothing and is not in any mean, so its share of the dimension is the judge's (or drops
+out under `--judge none`). It can only cut: each applicable estimate with result v multiplies the reward by
+1 - cut * (1 - v), estimates of a dimension the skill weighs 0 excepted. Passing is neutral, so an estimate
+never pays an answer more than a human answer that passes it earns; calibrated on human answers
+(bench/calibration.py), a shipped estimate passes nearly all of them.
+
 Checks live with their skill (skills/<name>/checks.py) and are declared with `@check` (checks.py, which
 also runs them, bounded and validated); more are derived from the SKILL.md's own Output Format and Rules
 (derived.py).
@@ -30,7 +38,8 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from skill_rl.skills import DIMENSIONS, Skill, Task, display
-from skill_rl.scoring.checks import DEFAULT_COVERS, CheckResult, run_checks, run_checks_group, scoring, where
+from skill_rl.scoring.checks import (DEFAULT_COVERS, CheckResult, is_estimate, run_checks, run_checks_group, scoring,
+                                     where)
 from skill_rl.scoring.derived import derived_checks
 
 
@@ -61,7 +70,8 @@ class Score:
     gated: tuple[str, ...] = ()  # dimensions whose gate check failed
     check_errors: Mapping[str, str] = MappingProxyType({})  # checks that gave no valid result: scored as failing
     covers: Mapping[str, float] = MappingProxyType({})  # per dimension: c_d, the share its applicable checks cover
-    repeated: float = 0.0  # share of the output's text repeated verbatim for other tasks (repeats.py); taken off
+    repeated: float = 0.0  # the step pass's penalty for text repeated across tasks (repeats.py); taken off
+    cut: float = 0.0  # share of the reward the failing estimates took off (module docstring); 0: none failed
 
     def metrics(self) -> dict[str, float]:
         """Trajectory metrics. A dimension or check that was not scored is left out, so ART's
@@ -73,6 +83,7 @@ class Score:
         out.update({f"by_judge/{d}": v for d, v in self.by_judge.items()})
         out.update({f"covers/{d}": v for d, v in self.covers.items()})
         out["repeated"] = self.repeated
+        out["cut"] = self.cut
         out["format_gate_failed"] = float("format" in self.gated)
         return out
 
@@ -114,7 +125,7 @@ def coverage(fns: list[Callable], results: Mapping[str, CheckResult],
     out = {}
     for d in DIMENSIONS:
         applicable = [(fn, float(results[fn.__name__])) for fn in fns
-                      if fn.dimension == d and results.get(fn.__name__) is not None]
+                      if fn.dimension == d and results.get(fn.__name__) is not None and not is_estimate(fn)]
         gated = any(fn.gate and not v for fn, v in applicable)
         unlabelled = sum(getattr(fn, "covers", None) is None for fn, _ in applicable)
         weights = [getattr(fn, "covers", None) or DEFAULT_COVERS / unlabelled for fn, _ in applicable]
@@ -125,6 +136,17 @@ def coverage(fns: list[Callable], results: Mapping[str, CheckResult],
         score = sum(w * v for w, (_, v) in zip(weights, applicable)) / total
         out[d] = Dimension(score, min(1.0, total) if d in judged else 1.0, gated)
     return out
+
+
+def estimate_factor(fns: list[Callable], results: Mapping[str, CheckResult], weights: Mapping[str, float]) -> float:
+    """What the estimates leave of the reward: the product of 1 - cut * (1 - v) over the applicable estimates
+    (module docstring); 1 when every one passed or none applied."""
+    factor = 1.0
+    for fn in fns:
+        v = results.get(fn.__name__)
+        if v is not None and is_estimate(fn) and weights[fn.dimension] > 0:
+            factor *= 1.0 - fn.cut * (1.0 - float(v))
+    return factor
 
 
 def dimension_scores(fns: list[Callable], results: Mapping[str, CheckResult]) -> dict[str, tuple[float | None, bool]]:
@@ -164,10 +186,11 @@ def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult
     scored = [d for d in DIMENSIONS if dims[d] is not None and skill.weights[d] * weight[d] > 0]
     total = sum(skill.weights[d] * weight[d] for d in scored)
     reward = sum(skill.weights[d] * weight[d] * dims[d] for d in scored) / total if total else 0.0
-    return Score(dims["format"], dims["procedure"], dims["correctness"], reward,
+    factor = estimate_factor(fns, results, skill.weights)
+    return Score(dims["format"], dims["procedure"], dims["correctness"], reward * factor,
                  MappingProxyType(dict(results)), explanation, bool(judge_scores),
                  MappingProxyType(by_checks), MappingProxyType(dict(judge_scores)), tuple(gates),
-                 MappingProxyType(dict(getattr(results, "errors", {}))), MappingProxyType(covered))
+                 MappingProxyType(dict(getattr(results, "errors", {}))), MappingProxyType(covered), cut=1.0 - factor)
 
 
 def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:
