@@ -81,6 +81,13 @@ ROWS = [
     ("entries_match_their_titles", GOOD, RAW, 1.0, "every entry names something of its titles"),
     ("entries_match_their_titles", swap("## Features\n", "## Features\n- A dark theme follows the system setting (#817)\n"),
      RAW, pytest.approx(5 / 6), "an invented change citing a real number"),
+    ("entries_match_their_titles", swap("- Tide heights near midnight are right again (#816)", "- Improve midnight (#816)"),
+     RAW, pytest.approx((4 + 0.5) / 5), "one word of the title is not the change it names: half"),
+    ("entries_match_their_titles", swap("- Tide heights near midnight are right again (#816)", "- Fixes for tide and more (#816, #815)",
+                                        swap("- An empty config file no longer crashes tidewater at start-up (#815)\n", "")),
+     RAW, pytest.approx((3 + 0.5 + 0) / 5), "one vague entry for two fixes: it says neither"),
+    ("entries_match_their_titles", swap("- Tide heights near midnight are right again (#816)", "- wrong tide height near midnight (#816)"),
+     RAW, 1.0, "a title copied says its change (entries_rewritten is the procedure's business)"),
 ]
 
 

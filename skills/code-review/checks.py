@@ -249,7 +249,7 @@ def no_phantom_lines(output: str, task) -> float | None:
 MAX_SUMMARY = 2000  # characters of the summary looked at: three sentences fit many times over
 
 
-@check("correctness", covers=0.1)  # without expect, the summary's grounding is not the review's correctness
+@check("correctness", kind="estimate")  # a guess at content: it cuts a summary about nothing, never pays
 def summary_grounded(output: str, task) -> float | None:
     """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
     one in five found in the diff earns full credit (the references find 21 % or more, another task's summary
@@ -321,7 +321,7 @@ def specificity(task, f: Finding) -> float:
     return min(1.0, (len(said_hits) + quoted) / 2)
 
 
-@check("correctness", covers=0.1)
+@check("correctness", kind="estimate")  # a guess at content: it cuts findings that say nothing
 def findings_specific(output: str, task) -> float | None:
     """Each finding says something about the lines it cites: names, operators or values from them, or the class of
     defect (see `specificity`); the mean over findings. A right location with "this is wrong" earns nothing here."""

@@ -175,7 +175,7 @@ def version_follows_type(output: str, task) -> bool | None:
     return n.release_type in ("major", "minor", "patch") and n.version == bump(r.previous, n.release_type)
 
 
-@check("procedure", covers=0.15)
+@check("procedure", kind="estimate")
 def entries_rewritten(output: str, task) -> float | None:
     """Step 5: entries say what changed for the user in their own words: the share of entries that are not
     their title copied (the same letters and digits, give or take 5 %, once a `type(scope):` prefix goes)."""
@@ -254,16 +254,40 @@ def internal_right(output: str, task) -> float | None:
     return 2 * hits / (len(got) + len(want))
 
 
-@check("correctness", key=True, covers=0.15)
+NAMED = 2  # words of a title an entry citing it names (all of them, when the title has fewer): it says that change
+# words any entry may use about any change: they name none ("Fix ...", "Improve ...", "Update ...")
+VAGUE = diffs.FILLER | frozenset("fix fixes fixed fixing improve improves improved improvement improvements update "
+                                 "updates updated change changes changed new now".split())
+
+
+def title_words(title: str) -> tuple[str, ...]:
+    """The words of a title that name something: its scope and its text, not its `type:` or filler ("add", "fix")."""
+    m = PREFIX.match(title)
+    scope = re.search(r"\(([^()\n]*)\)", m[0])[1] if m and "(" in m[0] else ""
+    return diffs.specific_words(f"{scope} {PREFIX.sub('', title)}", VAGUE)
+
+
+def says(entry: str, title: str, named: int = NAMED) -> float:
+    """How much of one title an entry says: 1 when it names `named` of the title's words (all of them when the title
+    has fewer; words match by their stem, as in grounding), 0.5 when it names fewer but some, else 0."""
+    words, vocab = title_words(title), diffs.vocabulary(entry)
+    if not words:
+        return 1.0
+    hits = sum(diffs.found(w, vocab) for w in words)
+    return 1.0 if hits >= min(named, len(words)) else 0.5 if hits else 0.0
+
+
+@check("correctness", key=True, kind="estimate")
 def entries_match_their_titles(output: str, task) -> float | None:
-    """Entries describe the pull requests they cite: the share of entries (Highlights, Breaking changes,
-    Features, Fixes) of which at least one specific word is found in the cited titles (words match by their
-    stem, as in grounding). An invented change citing a real number, or an entry citing none, fails."""
-    r, entries = release(task.input), notes(output).entries("highlights", "breaking", "features", "fixes")
-    if not entries:
-        return None
-    ok = 0
-    for text, numbers in entries:
-        vocab = diffs.vocabulary("\n".join(r.titles[k] for k in numbers if k in r.titles))
-        ok += bool(vocab) and any(diffs.found(w, vocab) for w in diffs.specific_words(text))
-    return ok / len(entries)
+    """Entries say the changes they cite: the mean, over each entry of Breaking changes, Features and Fixes and each
+    pull request it cites, of how much of that title it says (`says`: two of its words, or all when it has fewer).
+    A Highlights entry, said again "in a few words", needs one word of a cited title. An entry citing no number of
+    the input earns 0. So "Improve <word>", an invented change that shares one word with its title, and one vague
+    entry citing a whole section's numbers lose; a title copied, or rewritten naming what it changed, passes."""
+    r, n = release(task.input), notes(output)
+    scores = []
+    for named, places in ((NAMED, ("breaking", "features", "fixes")), (1, ("highlights",))):
+        for text, numbers in n.entries(*places):
+            cited = [r.titles[k] for k in numbers if k in r.titles]
+            scores += [says(text, title, named) for title in cited] or [0.0]
+    return sum(scores) / len(scores) if scores else None
