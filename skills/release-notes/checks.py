@@ -269,11 +269,12 @@ def title_words(title: str) -> tuple[str, ...]:
 
 def says(entry: str, title: str, named: int = NAMED) -> float:
     """How much of one title an entry says: 1 when it names `named` of the title's words (all of them when the title
-    has fewer; words match by their stem, as in grounding), 0.5 when it names fewer but some, else 0."""
-    words, vocab = title_words(title), diffs.vocabulary(entry)
+    has fewer; words match by their stem, as in grounding, either way round), 0.5 when it names fewer but some, else 0."""
+    words, vocab, own = title_words(title), diffs.vocabulary(entry), diffs.specific_words(entry, VAGUE)
     if not words:
         return 1.0
-    hits = sum(diffs.found(w, vocab) for w in words)
+    # either way round: a stem can be cut short ("speed" -> "sp"), and "speeds" still names "speed"
+    hits = sum(diffs.found(w, vocab) or any(diffs.found(e, diffs.vocabulary(w)) for e in own) for w in words)
     return 1.0 if hits >= min(named, len(words)) else 0.5 if hits else 0.0
 
 
