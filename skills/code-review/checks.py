@@ -247,15 +247,17 @@ def no_phantom_lines(output: str, task) -> float | None:
 
 
 MAX_SUMMARY = 2000  # characters of the summary looked at: three sentences fit many times over
+FOREIGN_NAMES = 0.25  # share of a summary's code names that may be absent from the diff (the feature it is for)
 
 
 @check("correctness", kind="estimate")  # a guess at content: it cuts a summary about nothing, never pays
 def summary_grounded(output: str, task) -> float | None:
     """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
     one in five found in the diff earns full credit (the references find 21 % or more, another task's summary
-    5 % at the median), fewer in proportion; an empty or content-free summary earns 0. That is then multiplied
-    by the share of its code names (`spans`, camelCase, snake_case, dotted) that the diff holds: a name that is
-    not there is invented."""
+    5 % at the median), fewer in proportion; an empty or content-free summary earns 0. Where more than a quarter of
+    its code names (`spans`, camelCase, snake_case, dotted) are not in the diff, that is multiplied by the share
+    the diff holds: such names are invented. A quarter is free: a human summary names the API or feature the change
+    is for (`restrictOwnAudio`, `readFile/writeFile`), which the diff need not spell."""
     vocabulary = diffs.vocabulary(task.input)
     if not vocabulary:
         return None
@@ -263,8 +265,8 @@ def summary_grounded(output: str, task) -> float | None:
     words = diffs.specific_words(summary)
     if not words:
         return 0.0
-    names = diffs.names(summary)
-    share = 1 - len(diffs.invented(summary, vocabulary)) / len(names) if names else 1.0
+    names, invented = diffs.names(summary), len(diffs.invented(summary, vocabulary))
+    share = 1.0 if invented <= len(names) * FOREIGN_NAMES else 1 - invented / len(names)
     return min(1.0, 5 * sum(diffs.found(w, vocabulary) for w in words) / len(words)) * share
 
 
@@ -301,24 +303,22 @@ def _near_text(task, f: Finding) -> str:
 
 
 def specificity(task, f: Finding) -> float:
-    """What a finding says about the lines it cites: 1 for two or more of its specific words that name something
-    on those lines (or within NEAR lines) or a class of defect, or code spans quoting them, 0.5 for one, 0 for
-    none ("this is wrong")."""
+    """What a finding says about the lines it cites: 1 for code quoted from those lines (`x >= 1`, `Ok(0)`: an
+    expression, not a bare name) or two of its specific words that name something there (within NEAR lines; a bare
+    quoted name counts as a word) or a class of defect, 0.5 for one such word, 0 for none ("this is wrong")."""
     if f.file is None:
         return 0.0
     said = f.line[f.line.find(f"{f.file}:") + len(f.file) + 1:][:MAX_SUMMARY]
-    words, near = diffs.specific_words(said), _near_text(task, f)
+    near = _near_text(task, f)
+    spans = {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}
+    bare = [c for c in spans if diffs.WORD.fullmatch(c)]  # `name`: a word, quoted
+    words = diffs.specific_words(" ".join([CODE_SPAN.sub(" ", said), *bare]))
     vocab = diffs.vocabulary(near) if words else frozenset()
-    said_hits = {w.lower() for w in words if diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS}
+    hits = {w.lower() for w in words if diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS}
     near_words = set(diffs.WORD.findall(near))
-    quoted = 0  # `x >= 1`, `remove(0)`: code quoted from the lines, beyond the words already counted
-    for span in {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}:
-        tokens = [w for w in diffs.WORD.findall(span) if len(w) > 1]
-        if tokens:
-            quoted += any(w in near_words for w in tokens) and not any(w.lower() in said_hits for w in tokens)
-        else:
-            quoted += span in near
-    return min(1.0, (len(said_hits) + quoted) / 2)
+    quoted = any(span in near or any(w in near_words for w in diffs.WORD.findall(span) if len(w) > 1)
+                 for span in spans - set(bare))
+    return 1.0 if quoted or len(hits) >= 2 else 0.5 * len(hits)
 
 
 @check("correctness", kind="estimate")  # a guess at content: it cuts findings that say nothing
