@@ -39,6 +39,7 @@ class Above:
 
     family: str
     above: int = 0
+    below: int = 0  # tasks where it scored strictly below: the reward tells it from the real answer
     tasks: int = 0
     first: str = ""  # the first task where it did, for the report
 
@@ -78,6 +79,7 @@ def measure(skill, expect: bool) -> tuple[list[Above], list[float]]:
         if made:
             got = in_a_step(skill, [scored[k] for k, _ in made], [o for _, o in made])
             for (k, _), reward in zip(made, got):
+                rate.below += reward < human[k] - 1e-9
                 if reward > human[k] + 1e-9:
                     rate.above += 1
                     rate.first = rate.first or f"{scored[k].id}: {reward:.3f} > {human[k]:.3f}"
@@ -96,7 +98,7 @@ def fixtures(name: str) -> dict[str, object]:
 
 
 def cell(rate: Above) -> str:
-    return f"{rate.above}/{rate.tasks} ({rate.rate:.0%})" if rate.tasks else "n/a"
+    return f"{rate.above}/{rate.tasks} ({rate.below} below)" if rate.tasks else "n/a"
 
 
 def report(name: str) -> None:
@@ -104,19 +106,19 @@ def report(name: str) -> None:
     from rich.table import Table
 
     sets = fixtures(name)
-    table = Table(title=f"{name}: tasks where the output scored strictly above the real answer, checks only, each "
-                        "family scored as one file (the step pass applied); with expect / without (nor reference)")
-    table.add_column("output")
-    columns, lows = [], []
-    for label, skill in sets.items():
-        table.add_column(f"{label} ({len([t for t in skill.tasks if t.reference])})", justify="right")
-        both = [measure(skill, expect) for expect in (True, False)]
-        columns.append([{r.family: r for r in rates} for rates, _ in both])
-        lows.append([sum(r < LOW - 1e-9 for r in human) for _, human in both] + [len(both[0][1])])
-    for family in columns[0][0]:
-        table.add_row(family, *(f"{cell(c[0][family])} / {cell(c[1][family])}" for c in columns))
-    table.add_row(f"real answers below {LOW}", *(f"{a}/{n} / {b}/{n}" for a, b, n in lows))
-    Console(width=240).print(table)
+    for expect in (True, False):
+        measured = {label: measure(skill, expect) for label, skill in sets.items()}
+        table = Table(title=f"{name}, {'with expect' if expect else 'without expect (nor reference)'}: tasks where "
+                            "the output scored strictly above the real answer (and below it), checks only, each scored as one file")
+        table.add_column("output")
+        for label, skill in sets.items():
+            table.add_column(label.replace(" (", "\n("), justify="right")
+        columns = [{r.family: r for r in rates} for rates, _ in measured.values()]
+        for family in columns[0]:
+            table.add_row(family, *(cell(c[family]) for c in columns))
+        table.add_row(f"real answers below {LOW}", *(f"{sum(r < LOW - 1e-9 for r in human)}/{len(human)}"
+                                                     for _, human in measured.values()))
+        Console(width=200).print(table)
 
 
 def main(argv=None) -> int:
