@@ -189,6 +189,23 @@ def test_the_reference_is_the_message_without_pr_number_or_trailers(repo, mined)
     assert tasks["bang"]["reference"] == "feat(api)!: drop the v1 endpoints"
 
 
+SQUASHED = ("docs: fix the tutorial (#52)\n\n* Update introduction.md\n\nCo-authored-by: Ada Lovelace <ada@example.com>"
+            "\n\n* test: use the legacy build\n\nThe modern build logs a warning.\n\n"
+            "Co-Authored-By: Grace Hopper <grace@example.com>\n\n---------")
+
+
+def test_the_reference_drops_trailers_inside_a_squash_merge_body_and_its_closing_rule():
+    """GitHub's squash merge repeats each squashed commit's co-authors in the body and ends on a `---------`
+    rule after them: no name, address or rule is left, and the humans' own lines keep their paragraphs."""
+    from skill_rl.skills import load_skill
+
+    reference = load_skill(ROOT / "skills" / "git-commit", with_tasks=False).checks.reference_message
+    assert reference(SQUASHED) == ("docs: fix the tutorial\n\n* Update introduction.md\n\n* test: use the legacy build"
+                                   "\n\nThe modern build logs a warning.")
+    kept = "fix: keep the rule\n\nA table:\n---\nand more.\n\n\nTwo blank lines above stay."
+    assert reference(kept) == kept  # nothing removed: nothing reflowed
+
+
 def test_binary_generated_and_lock_files_are_left_out_of_the_diff(repo, mined):
     tasks = by_name(repo, mined["git-commit"][3])
     files = {name: sorted(parse_diff(t["input"]).files) for name, t in tasks.items()}

@@ -332,15 +332,26 @@ TRAILER = re.compile(
     r"|\(cherry picked from commit [0-9a-f]+\))$", re.I)
 
 
+SQUASH_RULE = re.compile(r"^-{3,}$")  # GitHub's squash merge: "---------" between the squashed commits and co-authors
+
+
 def reference_message(message: str) -> str:
     """The message as a model could write it from the diff alone: without the PR number on the header and
-    without the last paragraph's trailers that name people, reviews, change ids or tickets."""
+    without trailer lines that name people, reviews, change ids or tickets, wherever they stand (a squash merge
+    repeats each squashed commit's `Co-authored-by:` in the body and ends on a `---------` rule)."""
     lines = message.replace("\r\n", "\n").strip("\n").split("\n")
     lines[0] = PR_SUFFIX.sub("", lines[0])
-    last_blank = max((i for i, line in enumerate(lines) if not line.strip()), default=None)
-    if last_blank is not None:
-        lines = lines[: last_blank + 1] + [ln for ln in lines[last_blank + 1 :] if not TRAILER.match(ln.strip())]
-    return "\n".join(lines).rstrip()
+    body: list[str | None] = [None if TRAILER.match(ln.strip()) else ln for ln in lines[1:]]
+    kept, gap = [lines[0]], []  # a run of blank or removed lines collapses to one blank line if it lost one
+    for ln in body + [""]:
+        if ln is None or not ln.strip():
+            gap.append(ln)
+            continue
+        kept += ([""] if None in gap else gap) + [ln]
+        gap = []
+    while len(kept) > 1 and (SQUASH_RULE.match(kept[-1].strip()) or not kept[-1].strip()):
+        kept.pop()
+    return "\n".join(kept).rstrip()
 
 
 def task_from_commit(commit) -> dict | str:
