@@ -113,9 +113,9 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
                "judge_skipped": 0, "judge_duplicates": 0, "usage": scorer.usage,
                "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
 
-    # the file is one step: text repeated verbatim for different tasks is paid for nowhere (repeats.py)
+    # the file is one step: what repeats across different tasks, their own words masked, is paid for nowhere (repeats.py)
     flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]  # resumed too
-    repeated = {(line, i): r for (line, i, _, _), r in zip(flat, repeats.shares([(t, o) for _, _, t, o in flat]))}
+    repeated = {(line, i): r for (line, i, _, _), r in zip(flat, repeats.shares([(t, o) for _, _, t, o in flat], skill))}
 
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
         async with gate:

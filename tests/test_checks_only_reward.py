@@ -5,6 +5,8 @@ import json
 import shutil
 from pathlib import Path
 
+import re
+
 import pytest
 
 from skill_rl.scoring import repeats
@@ -69,7 +71,8 @@ def test_check_prints_what_the_checks_cover(tmp_path, capsys):
     assert main(["--skills-dir", str(skills_with(tmp_path, "git-commit", strip_expect=True)), "--skill", "git-commit",
                  "--check"]) == 0
     out = capsys.readouterr().out
-    assert "checks cover" in out and "correctness 40%" in out and "unchecked" in out
+    assert "checks cover" in out and "unchecked" in out and "(estimate)" in out
+    assert re.search(r"correctness (\d+)%", out) and int(re.search(r"correctness (\d+)%", out)[1]) < 50  # refused: see below
 
 
 # ------------------------------------------------------------------ repeats across a step
@@ -82,9 +85,10 @@ def test_a_paragraph_repeated_for_different_tasks_is_taken_off_the_reward():
     items = [("a", f"fix: parse dates\n\n{BOILERPLATE}"), ("b", f"feat: add retries\n\n{BOILERPLATE}"),
              ("a", "fix: parse dates in ISO 8601 form")]
     shares = repeats.shares(items)
-    assert shares[0] == shares[1] == pytest.approx(len(BOILERPLATE) / len(BOILERPLATE)) and shares[2] == 0.0
-    assert repeats.shares([("a", "fix: same"), ("b", "fix: same")]) == [1.0, 1.0]  # one answer for every task
-    assert repeats.shares([("a", "fix: same"), ("a", "fix: same")]) == [0.0, 0.0]  # one task's rollouts alike
+    assert shares[0] == shares[1] == 1.0 and shares[2] == 0.0  # 40 letters or more of repeated skeleton: all of it
+    same = "fix: one answer for every task"
+    assert repeats.shares([("a", same), ("b", same)]) == [1.0, 1.0]  # one answer for every task
+    assert repeats.shares([("a", same), ("a", same)]) == [0.0, 0.0]  # one task's rollouts alike
 
 
 def test_score_over_a_file_pays_nothing_for_boilerplate_shared_across_tasks(tmp_path, capsys):
@@ -116,8 +120,8 @@ class _Group:
 
 @pytest.mark.slow  # the training loop's grouping loads ART (and so torch)
 def test_a_training_step_scales_rewards_by_what_is_repeated_across_its_tasks():
-    groups = [_Group(_Traj("a", "fix: one answer for everything"), _Traj("a", "fix: parse dates")),
-              _Group(_Traj("b", "fix: one answer for everything"), _Traj("b", "feat: add retries"))]
+    groups = [_Group(_Traj("a", "fix: one answer for everything"), _Traj("a", "fix: parse dates in ISO form")),
+              _Group(_Traj("b", "fix: one answer for everything"), _Traj("b", "feat: add retries to the client"))]
     assert penalise_repeats(groups) == pytest.approx(0.5)
     rewards = [[t.reward for t in g.trajectories] for g in groups]
     assert rewards == [[0.0, 1.0], [0.0, 1.0]] and groups[0].trajectories[0].metrics["repeated"] == 1.0

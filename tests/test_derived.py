@@ -247,7 +247,8 @@ def test_every_scorer_path_uses_derived_checks(tmp_path, capsys):
 
 SHIPPED = {name: load_skill(ROOT / "skills" / name) for name in ("git-commit", "code-review")}
 # derived check (or checks, all passing) -> the hand-written check that states the same constraint
-PAIRS = {"git-commit": [(("first_line_max_chars",), "header_fits"), (("no_preamble", "no_code_fence"), "message_only")],
+# (git-commit's 72-character header is not a check: humans break it, bench/calibration.py; the judge reads it)
+PAIRS = {"git-commit": [(("no_preamble", "no_code_fence"), "message_only")],
          "code-review": [(("headings",), "three_sections"), (("verdict_one_of",), "verdict_stated"),
                          (("no_preamble", "no_code_fence"), "review_only")]}
 
@@ -256,10 +257,7 @@ def _corruptions(name, ref):
     """Corruptions both kinds of check are meant to judge alike."""
     yield "fenced", f"```\n{ref}\n```"
     yield "preamble", f"Here is the {'commit message' if name == 'git-commit' else 'review'}:\n\n{ref}"
-    if name == "git-commit":
-        header, _, rest = ref.partition("\n")
-        yield "long header", header + " and then a great many more words that push it past" + ("\n" + rest if rest else "")
-    else:
+    if name != "git-commit":
         yield "a section renamed", ref.replace("## Findings", "## Notes")
         yield "verdict not allowed", ref.rsplit("## Verdict", 1)[0] + "## Verdict\nlgtm"
 

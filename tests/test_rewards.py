@@ -220,12 +220,14 @@ def _long_header(ref: str) -> str:
 
 
 @pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
-def test_a_vague_subject_costs_more_than_a_73_character_header(expect):
+def test_a_vague_subject_costs_and_a_73_character_header_does_not(expect):
+    """Humans write headers past 72 characters on real history (bench/calibration.py): no check holds it against
+    them; a subject that says nothing is cut by the estimates."""
     for task in SKILLS["git-commit"].tasks:
         header, _, rest = task.reference.partition("\n")
         vague = re.sub(r": .*$", ": update code", header, count=1) + ("\n" + rest if rest else "")
         ref, long, bad = _checks_only(task, [task.reference, _long_header(task.reference), vague], expect)
-        assert ref > long > bad, f"{task.id}: reference {ref}, 73-character header {long}, vague subject {bad}"
+        assert ref == long > bad, f"{task.id}: reference {ref}, 73-character header {long}, vague subject {bad}"
 
 
 def _drops(ref: str):
@@ -248,18 +250,20 @@ def test_dropping_a_breaking_marker_never_scores_higher(expect):
         for why, kept, dropped in _drops(task.reference):
             keep, drop = _checks_only(task, [kept, dropped], expect)
             assert drop <= keep, f"{task.id}: {why} scored {drop} > {keep}\n{dropped}"
-            if expect:
+            if expect and why.startswith("dropped both"):
                 assert drop < keep, f"{task.id}: {why} did not cost anything"
 
 
 @pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
-def test_a_message_for_another_diff_loses_on_correctness(expect):
-    """Every reference against every other task's reference, on correctness (checks only). With expect, type, scope
-    and breaking flag separate most pairs and grounding the rest; without expect, grounding alone."""
+def test_a_message_for_another_diff_loses(expect):
+    """Every reference against every other task's reference (checks only). With expect, type, scope and breaking
+    flag separate most pairs on correctness; without expect, only the grounding estimate can cut one, and what it
+    lets through ties (it never pays): the step pass and the judge take those back (docs/scoring.md)."""
     skill, lost, pairs = SKILLS["git-commit"], 0, 0
     for task in skill.tasks:
         t = task if expect else task.model_copy(update={"expect": None})
         scores = score_offline(skill, t, [task.reference, *(o.reference for o in skill.tasks if o.id != task.id)])
-        lost += sum(s.correctness < scores[0].correctness for s in scores[1:])
+        lost += sum(s.reward < scores[0].reward for s in scores[1:])
+        assert all(s.reward <= scores[0].reward + 1e-9 for s in scores[1:]), task.id  # never above
         pairs += len(scores) - 1
-    assert lost / pairs >= (0.99 if expect else 0.95), f"{lost} of {pairs}"
+    assert lost / pairs >= (0.98 if expect else 0.7), f"{lost} of {pairs}"

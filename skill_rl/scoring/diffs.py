@@ -148,7 +148,8 @@ FILLER = frozenset(  # words that name nothing in a diff: grammar, generic verbs
     "implementation module modules problem problems case cases way ways part parts".split())
 # Words engineers use for a kind of change rather than for anything the diff spells out.
 KIND_WORDS = {
-    "docs": "doc docs documentation document comment comments docstring readme guide tsdoc jsdoc javadoc rustdoc",
+    "docs": "doc docs documentation document comment comments docstring readme guide tsdoc jsdoc javadoc rustdoc "
+            "link links typo typos wording words spelling grammar",
     "tests": "test tests testing coverage unit spec fixture fixtures assert assertion",
     "ci": "ci pipeline workflow workflows job jobs actions runner",
     "deps": "deps dependency dependencies version versions package packages library libraries toolchain lockfile pin",
@@ -207,6 +208,11 @@ def _path_kinds(path: str) -> set[str]:
     if "dockerfile" in name or name.startswith(("docker-compose", "containerfile")):
         kinds.add("docker")
     return kinds
+
+
+def path_kinds(path: str) -> frozenset[str]:
+    """The kinds of change a changed file's path says: docs, tests, ci, deps, docker."""
+    return frozenset(_path_kinds(path))
 
 
 def kinds(diff: str) -> set[str]:

@@ -1,45 +1,150 @@
-"""Text repeated verbatim across different tasks of one step: paid for nowhere.
+"""The step pass: what stays the same across different tasks, once each task's own words are removed, is paid for
+nowhere.
 
-A policy that appends one paragraph to every answer, or answers every task with one message, repeats text
-across tasks: text that fits every task says nothing about any. Checks see one output at a time, so this is
-a step-level pass over everything scored together (a training step's groups, a `--score` file), applied to
-the reward itself rather than only reported (monitor.py reports `monitor/collapse` besides):
+A policy that gives every task one answer, appends one paragraph to every answer, or fills one template with
+each task's names ("handle `X` in `Y`") repeats itself across tasks: text that fits every task says nothing
+about any. Checks see one output at a time, so this pass runs over everything scored together (a training
+step's groups, a `--score` file) and is applied to the reward itself (monitor.py reports `monitor/collapse`
+besides).
 
-    repeated = share of the output's characters, in lines of MIN_LINE or more characters, whose line is also
-               in an output for a different task of the step (1 when the whole output is)
+Each line of an output is reduced to its *skeleton*: what the task supplies is masked (`§`): the input's words
+(its identifiers, paths, title words), numbers, code spans and any word shaped like code (camelCase, snake_case,
+dotted, with digits), a run of masks joined by commas or "and" becoming one mask, and the rest lower-cased.
+Words nearly every input holds (a third or more of the step's inputs), filler and the SKILL.md's own words stay
+as they are, since they are the template's words and not the task's. A skeleton line is *repeated* when an output
+for a different task has it too, and it weighs its literal letters (those outside masks):
+
+    repeated = min(1, sum of the weights of the output's distinct repeated skeleton lines / FULL_LETTERS)
+               (1 when the whole output is another task's output verbatim)
     reward  *= 1 - repeated
 
-Outputs for the same task (a group's rollouts) never count against each other. Short lines (a heading, a
-verdict, `## Features`) repeat by nature and are not counted.
+The penalty is the repeated skeleton itself, not its share of the output, so adding unique text never dilutes
+it: an output that adds false findings to a repeated one is charged at least as much. What is the same because it
+is right is never charged: an output shorter than MIN_OUTPUT characters (a label, a verdict), a line the SKILL.md
+holds (a footer it prescribes, a heading of its template) and a skeleton two references to different tasks share
+(a section heading, "docs: fix typo in §"). Outputs for the same task (a group's rollouts) never count against
+each other.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from functools import lru_cache
 
-MIN_LINE = 20  # characters: shorter lines are template, not content
+from skill_rl.scoring.diffs import FILLER, NAMEISH
+
+MIN_OUTPUT = 20  # characters: a shorter output (a label, a verdict) is the same for two tasks because it is right
+MIN_LETTERS = 10  # literal letters: a skeleton line with fewer is mostly the task's words ("add § to the §")
+FULL_LETTERS = 40  # literal letters of repeated skeleton that cost the whole reward
+COMMON_SHARE = 3  # a word in one in three or more of the step's inputs is the template's, not the task's
+MASK = "§"
+TOKEN = re.compile(r"`[^`\n]*`|[A-Za-z0-9_$@#./\\-]+|[^\sA-Za-z0-9_$@#./\\-]")
+SPLIT = re.compile(r"[A-Za-z]+|\d+")
+RUN = re.compile(rf"{MASK}(?:\s*(?:,|and|or|&|/|\+|;)?\s*{MASK})+")
 
 
-def _lines(output: str) -> list[str]:
-    return [line.strip() for line in output.split("\n") if len(line.strip()) >= MIN_LINE]
+@lru_cache(maxsize=4096)
+def supplied(text: str) -> frozenset[str]:
+    """The lower-cased words a task's input supplies: every token, and its letter and digit runs."""
+    out: set[str] = set()
+    for token in TOKEN.findall(text.lower()):
+        out.add(token.strip(".-/"))
+        out.update(SPLIT.findall(token))
+    return frozenset(out)
 
 
-def shares(items: list[tuple[str, str]]) -> list[float]:
-    """For (task key, output) pairs, each output's share of text repeated for another task (see module)."""
+def _masked(token: str, words: frozenset[str], common: frozenset[str]) -> bool:
+    if token.startswith("`") or any(c.isdigit() for c in token) or NAMEISH.search(token.strip(".")):
+        return True
+    bare = token.strip(".-/").lower()
+    if not bare or bare in common:
+        return False
+    parts = SPLIT.findall(bare)  # `resolve-extends`, `src/cli`: a compound of the task's words
+    return bare in words or len(parts) > 1 and all(p in words for p in parts) and not all(p in common for p in parts)
+
+
+def skeleton(line: str, words: frozenset[str], common: frozenset[str] = frozenset()) -> tuple[str, int]:
+    """(the line's skeleton, its literal letters): the task's words masked (module docstring)."""
+    parts = []
+    for token in TOKEN.findall(line.strip()):
+        if token[0].isalnum() or token[0] in "`_$@#":
+            parts.append(MASK if _masked(token, words, common) else token.lower())
+        else:
+            parts.append(token)
+    text = RUN.sub(MASK, " ".join(parts))
+    return text, sum(c.isalpha() for c in text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Exempt:
+    """What is the same across tasks because it is right: SKILL.md's lines and their skeletons, and the skeletons
+    that references to different tasks share; `common`: the words that stay unmasked."""
+
+    lines: frozenset[str] = frozenset()
+    skeletons: frozenset[str] = frozenset()
+    common: frozenset[str] = FILLER
+
+
+def exempt(skill=None, inputs: list[str] = ()) -> Exempt:
+    """The exemptions for a step over `inputs` (its tasks' inputs) of `skill` (None: none but filler)."""
+    distinct = list(dict.fromkeys(inputs))
+    counts: dict[str, int] = {}
+    for text in distinct:
+        for w in supplied(text):
+            counts[w] = counts.get(w, 0) + 1
+    common = set(FILLER)
+    if len(distinct) >= 3:
+        common |= {w for w, n in counts.items() if COMMON_SHARE * n >= len(distinct)}
+    if skill is None:
+        return Exempt(common=frozenset(common))
+    common |= supplied(skill.body)
+    common = frozenset(common)
+    md = [line.strip().lstrip("-*> ").strip() for line in skill.body.split("\n")]
+    lines = frozenset(line for line in md if line)
+    skeletons = {skeleton(line, frozenset(), common)[0] for line in lines}
+    seen: dict[str, str] = {}
+    for task in skill.tasks:
+        if task.reference:
+            words = supplied(task.input)
+            for line in set(task.reference.split("\n")):
+                skel = skeleton(line, words, common)[0]
+                if seen.setdefault(skel, task.input) != task.input:
+                    skeletons.add(skel)
+    return Exempt(lines, frozenset(skeletons), common)
+
+
+def _weights(output: str, words: frozenset[str], ex: Exempt) -> dict[str, int]:
+    """The output's distinct skeleton lines that could be charged, with their literal letters."""
+    out = {}
+    for line in output.split("\n"):
+        bare = line.strip()
+        if not bare or bare in ex.lines or bare.lstrip("-*> ").strip() in ex.lines:
+            continue
+        skel, letters = skeleton(bare, words, ex.common)
+        if letters >= MIN_LETTERS and skel not in ex.skeletons:
+            out[skel] = letters
+    return out
+
+
+def shares(items: list[tuple[str, str]], skill=None) -> list[float]:
+    """For (task input, output) pairs scored together, each output's penalty for repeats (see the module)."""
+    ex = exempt(skill, [task for task, _ in items])
     whole: dict[str, set[str]] = {}
     where: dict[str, set[str]] = {}
+    weights = []
     for task, output in items:
         whole.setdefault(output.strip(), set()).add(task)
-        for line in set(_lines(output)):
-            where.setdefault(line, set()).add(task)
+        w = _weights(output, supplied(task), ex) if len(output.strip()) >= MIN_OUTPUT else {}
+        weights.append(w)
+        for skel in w:
+            where.setdefault(skel, set()).add(task)
     out = []
-    for task, output in items:
-        if output.strip() and len(whole[output.strip()]) > 1:
+    for (task, output), w in zip(items, weights):
+        if len(output.strip()) >= MIN_OUTPUT and len(whole[output.strip()]) > 1 and w:
             out.append(1.0)
             continue
-        lines = _lines(output)
-        total = sum(map(len, lines))
-        out.append(sum(len(line) for line in lines if len(where[line]) > 1) / total if total else 0.0)
+        out.append(min(1.0, sum(n for skel, n in w.items() if len(where[skel]) > 1) / FULL_LETTERS))
     return out
 
 

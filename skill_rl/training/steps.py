@@ -185,7 +185,7 @@ class Trainer:
                           f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
                           "run the same command to resume")
         stats.dropped = len(batch) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
-        penalise_repeats(groups)  # text repeated across the step's tasks is paid for nowhere (scoring/repeats.py)
+        penalise_repeats(groups, self.skill)  # what repeats across the step's tasks is paid for nowhere (scoring/repeats.py)
         self.totals.add(stats)  # training and validation alike
         return groups, stats, self.scorer.usage.since(mark)
 

@@ -1,5 +1,5 @@
-"""What a step reads of ART's trajectories without importing ART: an answer's text, and the share of it
-repeated verbatim across the step's tasks (paid for nowhere: scoring/repeats.py)."""
+"""What a step reads of ART's trajectories without importing ART: an answer's text, and what of it repeats across
+the step's tasks once each task's own words are masked (paid for nowhere: scoring/repeats.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,15 @@ def output_of(traj) -> str:
     return (last.get("content") if message is None else message.content) or ""
 
 
-def penalise_repeats(groups) -> float:
-    """Text repeated verbatim across a training step's tasks is paid for nowhere (scoring/repeats.py): each
-    trajectory's reward is scaled by 1 - its repeated share (metric `repeated`). Returns the step's mean share."""
+def penalise_repeats(groups, skill=None) -> float:
+    """What repeats across a training step's tasks is paid for nowhere (scoring/repeats.py): each trajectory's
+    reward is scaled by 1 - its penalty (metric `repeated`). `skill`: whose task inputs are masked, and whose
+    SKILL.md lines and references say what is right to share. Returns the step's mean penalty."""
     trajs = [t for g in groups for t in g.trajectories]
-    items = [(str(t.metadata.get("task_id")), output_of(t)) for t in trajs]
-    values = repeats.shares(items)
+    tasks = {t.id: t for t in skill.tasks} if skill is not None else {}
+    ids = [str(t.metadata.get("task_id")) for t in trajs]
+    items = [(tasks[i].input if i in tasks else i, output_of(t)) for i, t in zip(ids, trajs)]
+    values = repeats.shares(items, skill)
     for traj, share in zip(trajs, values):
         traj.metrics["repeated"] = share
         traj.reward *= 1 - share

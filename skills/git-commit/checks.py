@@ -2,8 +2,10 @@
 
 `conventional` reproduces the error-level rules of commitlint's `@commitlint/config-conventional`
 (header parsed with conventional-changelog's pattern `^(\\w*)(?:\\((.*)\\))?!?: (.*)$`); the other
-format checks enforce this skill's stricter style. Correctness checks compare with `expect`, and
-`grounded` checks that the subject is about this diff at all.
+format facts hold what humans keep (one message, said once, breaking markers that agree). Correctness facts
+compare with `expect` and with what the changed files fix (a docs-only diff is not a `feat`); the estimates
+(`grounded`, `specific_subject`, `body_about_the_diff`) cut a message that says nothing of the diff and
+never pay one that does (docs/scoring.md).
 """
 
 from __future__ import annotations
@@ -112,11 +114,12 @@ def commitlint_errors(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ format
-# The skill does not ask the judge for format, so these checks cover it whole and `covers` only weighs them
-# against each other: being a commit message at all (the gate), only the message, said once, a subject that says
-# something and the breaking markers weigh 90 %; the style points (header length, imperative mood, blank line,
-# wrapping) 10 %, so that a message fixing a style point never outscores one that says what the diff does
-# (measured on real history: human messages break style points often, constants never do; README).
+# The skill does not ask the judge for format, so its facts cover it whole and `covers` only weighs them against
+# each other. Every check here passes at least 97 % of real human messages that commitlint accepts
+# (`python bench/calibration.py`, docs/scoring.md): the stricter style points SKILL.md asks for (a 72-character
+# header, the imperative mood, wrapping at 72, both breaking markers) are broken by a third to a half of the
+# humans on real history, so they are the judge's to weigh, not a check's: a check humans fail and a template
+# passes teaches RL to leave human style. Content is only estimated (kind="estimate"): it cuts, never pays.
 
 
 @check("format", gate=True, key=True, covers=0.3)
@@ -125,53 +128,23 @@ def conventional(output: str, task) -> bool:
     return not commitlint_errors(output)
 
 
-@check("format", covers=0.04)
-def header_fits(output: str, task) -> bool:
-    """The first line is at most 72 characters (the skill's limit; commitlint allows 100). A breaking `!` is
-    not counted, so that dropping it never buys this check."""
-    msg = parse(output)
-    return len(msg.header) - msg.bang <= 72
-
-
-SPECIAL_ED = frozenset("embed feed need proceed exceed succeed speed seed shed bleed breed red bed shred".split())
-SPECIAL_ING = frozenset("bring string ring sing swing thing".split())
-NOT_VERBS = frozenset("this the a an these some various misc minor small new more code changes updated initial".split())
-
-
-@check("format", covers=0.02)
-def imperative(output: str, task) -> bool | None:
-    """The subject opens with an imperative verb ("add"), not "added", "adds", "adding" or "this"."""
-    subject = parse(output).subject
-    if not subject:
-        return None
-    word = subject.split(None, 1)[0].lower().strip("`'\"")
-    if word in NOT_VERBS:
-        return False
-    if word.endswith("ing") and len(word) > 4 and word not in SPECIAL_ING:
-        return False
-    if word.endswith("ed") and len(word) > 3 and word not in SPECIAL_ED:
-        return False
-    return not (word.endswith(("es", "ds", "ts", "ns", "rs", "ls", "ps", "ks", "gs", "ms", "ws")) and len(word) > 3)
-
-
 WORD = re.compile(r"\S+")
 VAGUE = frozenset("update updates updated fix fixes fixed change changes changed code stuff things misc minor wip "
                   "various improvements improve tweak tweaks cleanup some bug bugs issue issues it work small".split())
 FILLER = diffs.FILLER | VAGUE  # words that name nothing in particular, for `grounded`
 
 
-@check("format", covers=0.15)
+@check("format", kind="estimate", cut=0.3)
 def specific_subject(output: str, task) -> bool | None:
-    """The subject says what changed: at least two words, not only vague ones ("update code", "fix bug"), and not
-    only the names of the files it touched or a list of names ("update package.json", "fooBar, bazQux")."""
+    """The subject says what changed: not only vague words ("update code", "fix bug"), and not only the names of
+    the files it touched or a list of names ("update package.json", "fooBar, bazQux"). An estimate: it cuts an
+    empty subject and never pays one (humans write "chore: deps", so one specific word is enough)."""
     subject = parse(output).subject
     if not subject:
         return None
-    count = specific = 0
     for word in WORD.finditer(subject.lower()):  # lazily: a 5 MB subject is decided by its first words
         w = word[0].strip(".,:;!?()[]`'\"")
-        count, specific = count + bool(w), specific or (bool(w) and w not in VAGUE)
-        if count >= 2 and specific:
+        if w and w not in VAGUE:
             return not (task is not None and _names_only(subject[:200], task.input))
     return False
 
@@ -184,7 +157,7 @@ def _names_only(subject: str, diff: str) -> bool:
     return diffs.is_list(subject) or bool(words) and all(w.lower() in stems for w in words)
 
 
-@check("format", covers=0.02)
+@check("format", covers=0.05)
 def blank_line_after_header(output: str, task) -> bool | None:
     """A body or footer is separated from the header by one blank line (a header alone passes: adding a body
     must never be what makes this check apply and raise the format mean)."""
@@ -192,132 +165,106 @@ def blank_line_after_header(output: str, task) -> bool | None:
     return not rest or rest[0].strip() == "" and (len(rest) == 1 or rest[1].strip() != "")
 
 
-@check("format", covers=0.02)
-def body_wrapped(output: str, task) -> bool | None:
-    """Body and footer lines are at most 72 characters (lines holding a URL are exempt); a header alone passes."""
-    rest = parse(output).rest
-    return all(len(line) <= 72 or URL.search(line) for line in rest)
-
-
 @check("format", covers=0.1)
-def breaking_marked_both_ways(output: str, task) -> float | None:
-    """On a breaking change (`expect.breaking`): 1 for `!` in the header and a `BREAKING CHANGE:` footer, 0.5 for
-    one of them, 0 for neither. Without `expect` the checks cannot tell a breaking diff from any other, so no
-    marker is scored: giving half the information never scores below giving none (the judge reads the rule)."""
-    if task.expect is None or not task.expect.breaking:
-        return None
+def breaking_markers_agree(output: str, task) -> bool | None:
+    """When the change breaks (`expect.breaking`) or the message says it does: it is marked at least one way the
+    spec allows (`!` in the header, or a `BREAKING CHANGE:` footer in upper case with its text), and every
+    breaking note release tools read is that footer (a "Breaking change -" line in prose is read as one, yet is
+    not the footer the spec and this skill ask for). Without `expect`, a message that marks nothing is not
+    scored: no check can tell a breaking diff from another one."""
     msg = parse(output)
-    return (msg.bang + msg.breaking_footer) / 2
+    if not (task is not None and task.expect is not None and task.expect.breaking) and not (msg.bang or msg.breaking_note):
+        return None
+    notes = [line for line in msg.rest if BREAKING_NOTE.match(line)]
+    return (msg.bang or msg.breaking_footer) and all(BREAKING_FOOTER.match(line + "\nx") for line in notes)
 
 
-FENCE_OR_PROSE = re.compile(r"^(```|~~~|#+ |\*\*|here(?:'s| is)\b|this commit\b|commit message:|sure\b|note:)", re.I | re.M)
+FENCE = re.compile(r"^(```|~~~)", re.M)
+PROSE = re.compile(r"^(#+ |\*\*|here(?:'s| is)\b|this commit\b|commit message:|sure\b|note:)", re.I | re.M)
 
 
 @check("format", covers=0.2)
 def message_only(output: str, task) -> bool:
-    """No code fences, headings, bold text or chatter ("Here is...") anywhere in the output, and no words
-    for the grader ("score this 1.0", `</trajectory>`): a commit log has no reader to persuade."""
-    return not FENCE_OR_PROSE.search(output) and not addresses_grader(output)
+    """No headings, bold text or chatter ("Here is...", "Note:") anywhere in the output, no code fence around the
+    message (a fenced block inside the body, such as a quoted error, is part of a message), and no words for the
+    grader ("score this 1.0", `</trajectory>`): a commit log has no reader to persuade."""
+    msg = parse(output)
+    fences = FENCE.findall(output)
+    enclosed = len(fences) % 2 == 0 and not FENCE.match(msg.header)
+    return (not fences or enclosed) and not PROSE.search(output) and not addresses_grader(output)
 
 
 MAX_MESSAGE = 2000  # characters: four times the longest reference message; a log entry, not an essay
+TRAILER_LINE = re.compile(r"^[\w-]+(: | #)\S")  # `Co-Authored-By: ...`, `Refs #12`: trailers repeat in squashed commits
 
 
 @check("format", covers=0.15)
 def said_once(output: str, task) -> bool:
-    """One message, said once: the header does not come back in the body, no line of 20 or more characters
-    is repeated, and the whole message is at most 2,000 characters."""
+    """One message, said once: the header does not come back in the body as a line of its own (a squash merge's
+    `* <header>` bullet is how GitHub lists the commits it squashed), no other line of 20 or more characters is
+    repeated (trailers such as `Co-Authored-By:` aside), and the whole message is at most 2,000 characters."""
     if len(output) > MAX_MESSAGE:
         return False
     msg = parse(output)
-    lines = [line.strip() for line in msg.rest if len(line.strip()) >= 20]
+    lines = [line.strip() for line in msg.rest
+             if len(line.strip()) >= 20 and not line.lstrip().startswith("* ") and not TRAILER_LINE.match(line.strip())]
     return msg.header.strip() not in (line.strip() for line in msg.rest) and len(lines) == len(set(lines))
 
 
 # ------------------------------------------------------------------ procedure
 
 
-@check("procedure", covers=0.15)  # step 6 of seven, and only its length: the judge reads the rest
-def body_when_nontrivial(output: str, task) -> bool | None:
-    """Step 6: a change of more than 10 changed lines gets a body, of at least 5 words, that says something
-    about this diff. Only paragraphs that do count (`telling_words`: a word specific to the diff and another
-    of its words, or one in four of their words, and not the header again), so a generic paragraph ("improves quality and maintainability") or the
-    header said again buys nothing; a `BREAKING CHANGE:` footer is body text like any other paragraph."""
-    if parse_diff(task.input).changed_lines <= 10:
-        return None
-    return telling_words(output, task.input) >= 5
+GENERIC_PARAGRAPH = 6  # specific words: a body this long that names nothing of the diff says nothing of it
 
 
-TELLING_SHARE = 4  # or when one in four of its specific words is, in a short paragraph
-
-
-def telling_words(output: str, diff: str) -> int:
-    """Words after the header in paragraphs that say something about this diff that the header does not (see
-    body_when_nontrivial): the header said again, or a paragraph of generic words, counts nothing."""
+@check("procedure", kind="estimate", cut=0.15)
+def body_about_the_diff(output: str, task) -> bool | None:
+    """Step 6, estimated: a body long enough to say something (GENERIC_PARAGRAPH specific words or more) names
+    something of this diff, or its subject does (a body says why, often in words the diff does not hold), and no
+    paragraph of it says the subject again. A generic body ("improves the overall
+    quality and maintainability") is cut; a body is never asked for (humans leave it out of most commits, large
+    ones included) and never paid. None for a header alone."""
     msg = parse(output)
-    return _telling(msg.header[:200], "\n".join(msg.rest)[:MAX_MESSAGE], diff, diffs.current_background())
+    if not "".join(msg.rest).strip():
+        return None
+    return _says_something(msg.header[:200], "\n".join(msg.rest)[:MAX_MESSAGE], task.input)
 
 
 @lru_cache(maxsize=8192)
-def _telling(header: str, rest: str, diff: str, contrast: frozenset[str]) -> int:
+def _says_something(header: str, rest: str, diff: str) -> bool:
     subject = header.partition(": ")[2].strip()
-    count = 0
-    for paragraph in re.split(r"\n[ \t]*\n", rest):
-        if subject and subject in paragraph:  # the header said again
-            continue
-        text = BREAKING_NOTE.sub("", paragraph)
-        words = diffs.specific_words(text, FILLER)
-        credit = {w.lower(): diffs.specificity(w, diff, contrast) for w in words}
-        found = {w for w, c in credit.items() if c >= 0.5}
-        if 1.0 in credit.values() and (len(found) >= 2 or TELLING_SHARE * len(found) >= len(words)):
-            count += len(text.split())
-    return count
+    if subject and any(p.strip() == subject for p in re.split(r"\n[ \t]*\n", rest)):
+        return False
+    words = diffs.specific_words(rest, FILLER)
+    vocabulary = diffs.vocabulary(diff)
+    return (len(words) < GENERIC_PARAGRAPH or any(diffs.found(w, vocabulary) for w in words)
+            or any(diffs.found(w, vocabulary) for w in diffs.specific_words(subject, FILLER)))
 
 
 # ------------------------------------------------------------------ correctness
 
 
-@check("correctness", key=True, covers=0.4)
-def grounded(output: str, task) -> float | None:
-    """The subject is about this diff, in words specific to it. Each specific word of the subject (not filler like
-    "update", "code", "the") earns what it says about this diff (skill_rl/scoring/diffs.py `specificity`): 1 for a word
-    of the diff's lines or paths that the skill's other diffs do not all have (or a word for a formatting-only
-    or Docker-only change); 0.5 for a common one (`error`, `value`, or one on the lines of a fifth of the
-    skill's diffs) or a word for a broad kind of change (tests, docs, CI, dependencies); 0 for a word the diff
-    lacks. The subject earns its best word: grounding saturates, so more names never add. It is held to 0.5
-    when fewer than a third of its words (and scope) are found, when it gives a code name the diff lacks
-    (`LruCache`, `load_config`), or when it is one name alone (`update nodejs`); to 0.25 when it is a list of
-    names (`update a.ts, b.ts and c`) or the changed files' names alone (`update package.json`). 0 for a
-    subject with nothing specific ("update code")."""
+@check("correctness", key=True, kind="estimate", cut=0.3)
+def grounded(output: str, task) -> bool | None:
+    """The subject (or scope) names something of this diff: a specific word of it (not filler like "update",
+    "code", "the") is a word of the diff's lines or paths, or a word for the kind of change the diff is (tests,
+    docs, CI, dependencies, formatting; skill_rl/scoring/diffs.py), and it is not the changed files' names or a
+    list of names alone. An estimate: it cuts a subject that says nothing of the diff (another diff's message, a
+    vague one) and never pays one that does, since words found in the diff do not make a subject true."""
     msg = parse(output)
     if msg.subject is None:
-        return 0.0
+        return False
     # a header past 100 characters already fails the gate: looking further would only cost time
-    return _grounding(msg.subject[:200], (msg.scope or "")[:200], task.input, task.expect.scope if task.expect else None,
-                      diffs.current_background())
-
-
-FOUND_SHARE = 3  # held to 0.5 unless one in three of the subject's specific words (and scope) is found
-LIST_CREDIT = 0.25  # the most a list of names earns
+    return _grounding(msg.subject[:200], (msg.scope or "")[:200], task.input)
 
 
 @lru_cache(maxsize=8192)
-def _grounding(subject: str, scope: str, diff: str, expected_scope: str | None, contrast=frozenset()) -> float | None:
+def _grounding(subject: str, scope: str, diff: str) -> bool | None:
     vocabulary = diffs.vocabulary(diff)
     if not vocabulary:
         return None
-    words = diffs.specific_words(subject, FILLER)
-    credits = [diffs.specificity(w, diff, contrast) for w in words]
-    hits = sum(c > 0 for c in credits)
-    scope_hit = bool(scope) and (scope.lower() == expected_scope
-                                 or any(diffs.found(w, vocabulary) for w in diffs.WORD.findall(scope) if len(w) > 1))
-    best = max(credits, default=0.0)
-    if not best:
-        return 0.25 if scope_hit and words else 0.0  # the scope names the area, the subject nothing of the diff
-    if (FOUND_SHARE * (hits + scope_hit) < len(words) + bool(scope) or diffs.invented(subject, vocabulary)
-            or len(words) == 1 and not words[0][0].isdigit()):  # one name alone ("update nodejs") says nothing of it
-        best = min(best, 0.5)
-    return min(best, LIST_CREDIT) if _names_only(subject, diff) else best
+    words = diffs.specific_words(subject, FILLER) + tuple(w for w in diffs.WORD.findall(scope) if len(w) > 1)
+    return any(diffs.found(w, vocabulary) for w in words) and not _names_only(subject, diff)
 
 
 @check("correctness", key=True, covers=0.25)
@@ -326,6 +273,34 @@ def type_right(output: str, task) -> bool | None:
     if task.expect is None:
         return None
     return parse(output).type in (task.expect.type, *task.expect.alt_types)
+
+
+# Types a diff that touches only one kind of file can have, as humans type such commits on real history
+# (bench/calibration.py): a docs-only change is not a feature, a CI-only one not a fix of the product's code.
+TYPES_FOR_KIND = {
+    "docs": frozenset({"docs", "chore", "fix", "style", "revert"}),
+    "tests": frozenset({"test", "ci", "chore", "fix", "build", "refactor", "style", "revert"}),
+    "ci": frozenset({"ci", "build", "chore", "fix", "test", "revert"}),
+    "deps": frozenset({"build", "chore", "fix", "ci", "test", "feat", "perf", "revert"}),
+}
+
+
+@check("correctness", covers=0.15)
+def type_fits_the_files(output: str, task) -> bool | None:
+    """A fact the input fixes, `expect` or not: when every changed file is documentation, or every one a test, a
+    CI file or a dependency manifest (diffs.py `kinds` by path), the type is one humans give such a change
+    (TYPES_FOR_KIND: `feat` for a README edit is wrong whatever the subject says). None for any other diff."""
+    allowed = _allowed_types(task.input)
+    if allowed is None:
+        return None
+    return parse(output).type in allowed
+
+
+@lru_cache(maxsize=4096)
+def _allowed_types(diff: str) -> frozenset[str] | None:
+    files = list(parse_diff(diff).files)
+    kinds = [k for k in TYPES_FOR_KIND if files and all(k in diffs.path_kinds(p) for p in files)]
+    return frozenset().union(*(TYPES_FOR_KIND[k] for k in kinds)) if kinds else None
 
 
 @check("correctness", covers=0.1)
