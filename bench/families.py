@@ -2,14 +2,14 @@
 
     python bench/families.py [--skill code-review|release-notes ...]
 
-The families are each skill's exploits (skills/<name>/exploits.py): the `@exploit` catalogue and the families
-written from the task's input alone (`FAMILIES`: "Improve <word>" entries, titles reordered, one vague entry per
-section, invented changes; LGTM and three blocking findings quoting code at random lines). Each family is scored
-as a `--score` file or a training step would score it: its outputs for every task of a fixture together, so that
-the step pass (skill_rl/scoring/repeats.py) takes off what they repeat across tasks; the real answers are scored
-the same way, as one file. Per fixture (the shipped tasks, and each real fixture of tests/data/, the held-out one
-marked), with `expect` as given and without it (each task stripped of `expect` and of its reference, so that no
-reference can stand in for content), it prints on how many tasks each family scored strictly above the real
+The families are each skill's exploits (skills/<name>/exploits.py): its `@exploit` catalogue and the per-task
+families (`step=True`) written from the task's input alone: "Improve <word>" entries, titles reordered, one vague
+entry per section, invented changes; LGTM and three blocking findings quoting code at random lines. Each family
+is scored as a `--score` file or a training step would score it, as exploits.step_shares does: its outputs for
+every task of a fixture together with the real answers, so that the step pass (skill_rl/scoring/repeats.py)
+takes off what it repeats across tasks. Per fixture (the shipped tasks, and each real fixture of tests/data/, the held-out one
+marked), with `expect` as given and without it (each task scored without its reference in either case, so that no reference
+can stand in for content), it prints on how many tasks each family scored strictly above the real
 answer, and how many real answers score below 0.8. Checks only (`--judge none`). Seconds on two cores.
 """
 
@@ -41,50 +41,39 @@ class Above:
     above: int = 0
     below: int = 0  # tasks where it scored strictly below: the reward tells it from the real answer
     tasks: int = 0
-    first: str = ""  # the first task where it did, for the report
+    first: str = ""  # the first task where it scored above, for the report
 
     @property
     def rate(self) -> float:
         return self.above / self.tasks if self.tasks else 0.0
 
 
-def families(skill) -> dict[str, object]:
-    """Name -> `(ctx, task) -> str | None` for every exploit of the skill's exploits.py and its FAMILIES."""
-    out = {e.name: e.make for e in exploits.skill_exploits(skill) if not e.several}
-    out.update(getattr(skill.exploits, "FAMILIES", {}))
-    return out
-
-
-def in_a_step(skill, tasks, outputs: list[str]) -> list[float]:
-    """The checks-only rewards of one output per task, scored together as one file: the repeated share taken off."""
-    scores = [score_offline(skill, t, [o])[0] for t, o in zip(tasks, outputs)]
-    shares = repeats.shares([(t.id, o) for t, o in zip(tasks, outputs)])
-    return [repeats.penalised(s, r).reward for s, r in zip(scores, shares)]
-
-
 def measure(skill, expect: bool) -> tuple[list[Above], list[float]]:
-    """Per family, the tasks where it scored above the real answer; and the real answers' rewards. Without `expect`,
-    every task loses its `expect` before a family writes its output, and its reference too before anything scores
-    (the `@exploit` catalogue transforms the reference; FAMILIES never read it)."""
-    real = [t for t in skill.tasks if t.reference]
-    given = real if expect else [t.model_copy(update={"expect": None}) for t in real]
-    scored = given if expect else [t.model_copy(update={"reference": None}) for t in given]
-    skill = dataclasses.replace(skill, tasks=tuple(scored))
-    ctx = exploits.Context(skill, given, "")
-    human = in_a_step(skill, scored, [t.reference for t in real])
-    rates = []
-    for name, make in families(skill).items():
-        made = [(k, out) for k, t in enumerate(given) if isinstance(out := make(ctx, t), str) and out != t.reference]
-        rate = Above(name, tasks=len(made))
-        if made:
-            got = in_a_step(skill, [scored[k] for k, _ in made], [o for _, o in made])
-            for (k, _), reward in zip(made, got):
-                rate.below += reward < human[k] - 1e-9
-                if reward > human[k] + 1e-9:
-                    rate.above += 1
-                    rate.first = rate.first or f"{scored[k].id}: {reward:.3f} > {human[k]:.3f}"
-        rates.append(rate)
-    return rates, human
+    """Per exploit of the skill's exploits.py (the `step=True` families included), the tasks where it scored above
+    and below the real answer in a step; and the real answers' rewards there. As exploits.step_shares scores: the
+    real answers and one family's outputs scored together (the step pass over them, SKILL.md's lines and what
+    references share exempt), each task scored without its reference; without `expect`, without that too."""
+    tasks = [t if expect else t.model_copy(update={"expect": None}) for t in skill.tasks if t.reference]
+    skill = dataclasses.replace(skill, tasks=tuple(tasks))
+    ctx = exploits.Context(skill, tasks, "")
+    families = [e for e in exploits.catalogue(skill, step=True) if e.make in vars(skill.exploits).values()]
+    rows = []
+    for task in tasks:
+        made = {e.name: out for e in families if isinstance(out := e.make(ctx, task), str) and out != task.reference}
+        bare = task.model_copy(update={"reference": None})
+        rows.append((task, list(made), list(made.items()), score_offline(skill, bare, [task.reference, *made.values()])))
+    stepped = exploits._in_a_step(rows, repeats, skill)
+    rates = {e.name: Above(e.name) for e in families}
+    for task, _, pairs, scores in stepped:
+        human = scores[0].reward
+        for (name, _), score in zip(pairs, scores[1:]):
+            rate = rates[name]
+            rate.tasks += 1
+            rate.below += score.reward < human - 1e-9
+            if score.reward > human + 1e-9:
+                rate.above += 1
+                rate.first = rate.first or f"{task.id}: {score.reward:.3f} > {human:.3f}"
+    return list(rates.values()), [scores[0].reward for *_, scores in stepped]
 
 
 def fixtures(name: str) -> dict[str, object]:
@@ -108,8 +97,8 @@ def report(name: str) -> None:
     sets = fixtures(name)
     for expect in (True, False):
         measured = {label: measure(skill, expect) for label, skill in sets.items()}
-        table = Table(title=f"{name}, {'with expect' if expect else 'without expect (nor reference)'}: tasks where "
-                            "the output scored strictly above the real answer (and below it), checks only, each scored as one file")
+        table = Table(title=f"{name}, {'with expect' if expect else 'without expect'}: tasks where "
+                            "the output scored strictly above the real answer (below it), checks only, in a step, without references")
         table.add_column("output")
         for label, skill in sets.items():
             table.add_column(label.replace(" (", "\n("), justify="right")
