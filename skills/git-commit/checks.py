@@ -136,9 +136,9 @@ FILLER = diffs.FILLER | VAGUE  # words that name nothing in particular, for `gro
 
 @check("format", kind="estimate", cut=0.3)
 def specific_subject(output: str, task) -> bool | None:
-    """The subject says what changed: not only vague words ("update code", "fix bug"), and not only the names of
-    the files it touched or a list of names ("update package.json", "fooBar, bazQux"). An estimate: it cuts an
-    empty subject and never pays one (humans write "chore: deps", so one specific word is enough)."""
+    """The subject says something: not only vague words ("update code", "fix bug") and not a list of names
+    ("fooBar, bazQux and quux"). An estimate: it cuts an empty subject and never pays one (humans write
+    "chore: deps" and "docs: fix up CHANGELOG", so one specific word is enough)."""
     subject = parse(output).subject
     if not subject:
         return None
@@ -149,12 +149,10 @@ def specific_subject(output: str, task) -> bool | None:
     return False
 
 
-@lru_cache(maxsize=8192)
 def _names_only(subject: str, diff: str) -> bool:
-    """A list of names, or a subject whose every specific word is a word of a changed file's name."""
-    stems = diffs.file_stems(diff)
-    words = diffs.specific_words(subject, FILLER)
-    return diffs.is_list(subject) or bool(words) and all(w.lower() in stems for w in words)
+    """A list of names (`a.ts, b.ts and c`, `fooBar and bazQux`): names, not a sentence about them. A subject that
+    names only the changed file ("fix up CHANGELOG") is weak but true, and humans write it: not cut."""
+    return diffs.is_list(subject)
 
 
 @check("format", covers=0.05)
@@ -180,34 +178,39 @@ def breaking_markers_agree(output: str, task) -> bool | None:
 
 
 FENCE = re.compile(r"^(```|~~~)", re.M)
-PROSE = re.compile(r"^(#+ |\*\*|here(?:'s| is)\b|this commit\b|commit message:|sure\b|note:)", re.I | re.M)
+CHATTER = re.compile(r"^(here(?:'s| is)\b|commit message:|sure\b|note:)", re.I | re.M)
+MARKUP = re.compile(r"^(#+ |\*\*)")
 
 
 @check("format", covers=0.2)
 def message_only(output: str, task) -> bool:
-    """No headings, bold text or chatter ("Here is...", "Note:") anywhere in the output, no code fence around the
-    message (a fenced block inside the body, such as a quoted error, is part of a message), and no words for the
-    grader ("score this 1.0", `</trajectory>`): a commit log has no reader to persuade."""
+    """Only the message: no chatter ("Here is...", "Sure", "Note:") on any line, no markdown heading or bold text
+    around or as the header, no code fence around the message, and no words for the grader ("score this 1.0",
+    `</trajectory>`): a commit log has no reader to persuade. Inside the body, headings, bold text and fenced blocks
+    are how humans lay out a long message (a squashed pull request's `## Summary`, a quoted error)."""
     msg = parse(output)
     fences = FENCE.findall(output)
     enclosed = len(fences) % 2 == 0 and not FENCE.match(msg.header)
-    return (not fences or enclosed) and not PROSE.search(output) and not addresses_grader(output)
+    return ((not fences or enclosed) and not MARKUP.match(msg.header) and not CHATTER.search(output)
+            and not addresses_grader(output))
 
 
 MAX_MESSAGE = 2000  # characters: four times the longest reference message; a log entry, not an essay
 TRAILER_LINE = re.compile(r"^[\w-]+(: | #)\S")  # `Co-Authored-By: ...`, `Refs #12`: trailers repeat in squashed commits
+LIST_ITEM = re.compile(r"^\s*([*+-]|\d+[.)])\s")  # a squash merge's `* <header>`, a list of commands run
 
 
 @check("format", covers=0.15)
 def said_once(output: str, task) -> bool:
     """One message, said once: the header does not come back in the body as a line of its own (a squash merge's
     `* <header>` bullet is how GitHub lists the commits it squashed), no other line of 20 or more characters is
-    repeated (trailers such as `Co-Authored-By:` aside), and the whole message is at most 2,000 characters."""
+    repeated (list items and trailers such as `Co-Authored-By:` aside: squashed commits repeat them), and the
+    whole message is at most 2,000 characters."""
     if len(output) > MAX_MESSAGE:
         return False
     msg = parse(output)
     lines = [line.strip() for line in msg.rest
-             if len(line.strip()) >= 20 and not line.lstrip().startswith("* ") and not TRAILER_LINE.match(line.strip())]
+             if len(line.strip()) >= 20 and not LIST_ITEM.match(line) and not TRAILER_LINE.match(line.strip())]
     return msg.header.strip() not in (line.strip() for line in msg.rest) and len(lines) == len(set(lines))
 
 
@@ -248,8 +251,7 @@ def _says_something(header: str, rest: str, diff: str) -> bool:
 def grounded(output: str, task) -> bool | None:
     """The subject (or scope) names something of this diff: a specific word of it (not filler like "update",
     "code", "the") is a word of the diff's lines or paths, or a word for the kind of change the diff is (tests,
-    docs, CI, dependencies, formatting; skill_rl/scoring/diffs.py), and it is not the changed files' names or a
-    list of names alone. An estimate: it cuts a subject that says nothing of the diff (another diff's message, a
+    docs, CI, dependencies, formatting; skill_rl/scoring/diffs.py), and it is not a list of names. An estimate: it cuts a subject that says nothing of the diff (another diff's message, a
     vague one) and never pays one that does, since words found in the diff do not make a subject true."""
     msg = parse(output)
     if msg.subject is None:

@@ -1,0 +1,143 @@
+"""The step pass (skill_rl/scoring/repeats.py): what repeats across different tasks once each task's own words are
+masked is paid for nowhere, and what is the same because it is right is never charged."""
+
+import json
+from pathlib import Path
+
+from train_skill import main
+from skill_rl.scoring import repeats
+from skill_rl.scoring.rubric import score_offline
+from skill_rl.skills import load_skill
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _diff(path: str, *added: str) -> str:
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,0 +1,{len(added)} @@\n"
+            + "".join(f"+{line}\n" for line in added))
+
+
+DATES = _diff("src/dates.py", "def parse_date(text, fmt):", "    return strptime(text, fmt)")
+RETRY = _diff("lib/client.ts", "const backoffMs = 200;", "export function retryRequest(req) {}")
+
+
+def template(diff_names: tuple[str, str, str]) -> str:
+    a, b, f = diff_names
+    return f"fix: handle `{a}` in `{b}`\n\nUpdate `{f}`: change `{a}` and `{b}`."
+
+
+def test_a_template_filled_with_each_tasks_names_is_seen_as_the_repeat_it_is():
+    dates, retry = template(("parse_date", "strptime", "dates.py")), template(("retryRequest", "backoffMs", "client.ts"))
+    assert dates != retry  # nothing repeats verbatim
+    penalties = repeats.shares([(DATES, dates), (RETRY, retry)])
+    assert min(penalties) >= 0.5, penalties
+    honest = ["fix: accept a format in parse_date\n\nCallers pass strptime formats now.",
+              "feat: back off before retrying a request\n\nWait backoffMs between tries."]
+    assert repeats.shares([(DATES, honest[0]), (RETRY, honest[1])]) == [0.0, 0.0]
+
+
+def test_adding_unique_text_never_dilutes_the_penalty():
+    boiler = "This change improves the overall quality and maintainability of the code."
+    short = [(DATES, f"fix: parse dates\n\n{boiler}"), (RETRY, f"feat: add retries\n\n{boiler}")]
+    long = [(DATES, f"fix: parse dates\n\n{boiler}\n\n" + "\n".join(f"Line {i}: parse_date now takes fmt." for i in range(9))),
+            short[1]]
+    assert repeats.shares(long)[0] >= repeats.shares(short)[0] == 1.0
+
+
+def test_short_answers_and_one_tasks_rollouts_are_never_charged():
+    assert repeats.shares([(DATES, "approve"), (RETRY, "approve")]) == [0.0, 0.0]  # a verdict, right for both
+    same = "fix: one answer for every task whatever it is"
+    assert repeats.shares([(DATES, same), (DATES, same)]) == [0.0, 0.0]
+    assert repeats.shares([(DATES, same), (RETRY, same)]) == [1.0, 1.0]
+
+
+LABEL_SKILL = """---
+name: {name}
+description: Label the sentiment of a product review. Use when reviews need sorting.
+---
+
+# Sentiment
+
+## Procedure
+
+1. Read the review.
+2. Decide whether it is positive or negative.
+
+## Output Format
+
+```
+<positive | negative>
+{footer}```
+
+## Rules
+
+- Answer with the label only{rule}.
+"""
+
+
+def _skill(tmp_path: Path, name: str, footer: str = "", tasks=()) -> Path:
+    folder = tmp_path / "skills" / name
+    folder.mkdir(parents=True)
+    rule = f", then the line `{footer.strip()}`" if footer else ""
+    (folder / "SKILL.md").write_text(LABEL_SKILL.format(name=name, footer=footer, rule=rule))
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return folder
+
+
+REVIEWS = [{"id": "r1", "input": "Battery lasts two days, screen is sharp.", "reference": "positive"},
+           {"id": "r2", "input": "Arrived broken and support never replied.", "reference": "negative"},
+           {"id": "r3", "input": "Fast shipping, the headphones sound great.", "reference": "positive"}]
+
+
+def _score_file(tmp_path, skills: Path, name: str, lines: list[dict]) -> list[dict]:
+    src, out = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert main(["--skills-dir", str(skills), "--skill", name, "--score", str(src), "--judge", "none", "--out", str(out)]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_a_label_skill_keeps_full_reward_for_identical_right_answers(tmp_path):
+    _skill(tmp_path, "sentiment", tasks=REVIEWS)
+    records = _score_file(tmp_path, tmp_path / "skills", "sentiment",
+                          [{"task_id": t["id"], "outputs": [t["reference"]]} for t in REVIEWS])
+    assert [r["repeated"] for r in records] == [0.0, 0.0, 0.0]
+    assert all(r["reward"] == 1.0 for r in records), records  # r1 and r3 both "positive": right, not boilerplate
+
+
+def test_a_footer_line_the_skill_prescribes_costs_nothing(tmp_path):
+    footer = "Labelled by the review-triage bot, see the triage guide.\n"
+    skill = load_skill(_skill(tmp_path, "signed", footer=footer, tasks=REVIEWS))
+    answers = [f"{t['reference']} because {t['input'].lower()}\n{footer.strip()}" for t in REVIEWS]
+    assert repeats.shares([(t["input"], a) for t, a in zip(REVIEWS, answers)], skill) == [0.0, 0.0, 0.0]
+    own = "Labelled with care by the most accurate triage assistant."  # a line of the policy's own, on every answer
+    mine = [a.replace(footer.strip(), own) for a in answers]
+    assert min(repeats.shares([(t["input"], a) for t, a in zip(REVIEWS, mine)], skill)) > 0.5
+
+
+def test_a_review_with_three_extra_false_findings_never_outscores_the_precise_one_in_a_step():
+    skill = load_skill(ROOT / "skills" / "code-review")
+    tasks = [t for t in skill.tasks if t.reference and t.expect and t.expect.defects][:4]
+    summary = "## Summary\nThe change is sound apart from the finding below, which must be fixed."  # said for every task
+    precise, shotgun = [], []
+    for t in tasks:
+        findings_and_verdict = "## Findings" + t.reference.split("## Findings", 1)[1]
+        precise.append(f"{summary}\n\n{findings_and_verdict}")
+        extra = skill.exploits.shotgun(None, t).split("## Findings", 1)[1]
+        shotgun.append(f"{summary}\n\n## Findings{extra}")
+    items = [(t.input, o) for t, o in zip(tasks, precise)] + [(t.input, o) for t, o in zip(tasks, shotgun)]
+    penalties = repeats.shares(items, skill)
+    for k, t in enumerate(tasks):
+        p, s = penalties[k], penalties[len(tasks) + k]
+        assert p > 0 and s >= p, (t.id, p, s)  # the repeated summary costs both, never the longer one less
+        checks = score_offline(skill, t, [precise[k], shotgun[k]])
+        assert checks[1].reward * (1 - s) <= checks[0].reward * (1 - p), t.id
+
+
+def test_a_line_two_references_share_is_right_and_not_charged(tmp_path):
+    shared = "Escalated to the support team for a follow-up."
+    tasks = [dict(t, reference=f"{t['reference']}\n{shared}") for t in REVIEWS[:2]] + REVIEWS[2:]
+    skill = load_skill(_skill(tmp_path, "escalating", tasks=tasks))
+    answers = [(t["input"], f"{t['reference']} because {t['input'].lower()}\n{shared}") for t in REVIEWS]
+    assert repeats.shares(answers, skill) == [0.0, 0.0, 0.0]
+    other = "Forwarded to the quality team for another look."  # shared by no two references
+    assert min(repeats.shares([(i, a.replace(shared, other)) for i, a in answers], skill)) > 0.5
