@@ -224,3 +224,24 @@ def test_one_verdict_for_everything_loses_on_real_data_either_way():
     pairs = [(t, t.reference, own.lgtm(None, t)) for t in FIXES]
     pairs += [(t, t.reference, own.always_request_changes(None, t)) for t in REAL if not t.expect.defects]
     assert _share_below(pairs) == 1.0
+
+
+# ------------------------------------------------------------------ calibrated on the real references (tests/data/)
+
+REVIEWS = sorted((ROOT / "tests" / "data").glob("review-*.jsonl"))
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
+@pytest.mark.parametrize("path", REVIEWS, ids=[p.stem for p in REVIEWS])
+def test_every_code_review_check_passes_the_real_references(path, expect):
+    """Each check passes at least 97 % of the references it applies to (one miss where it applies to fewer than 34),
+    and at most 3 % of them score below 0.8 by the checks alone: `python bench/calibration.py --skill code-review
+    tests/data/review-*.jsonl` prints the table."""
+    from skill_rl.scoring import calibration, exploits
+
+    skill = exploits.load_real(load_skill(ROOT / "skills" / "code-review", with_tasks=False), [path], expect)
+    cal = calibration.calibrate(skill)
+    assert cal.kept == cal.tasks >= 5
+    misses = [f"{r.name}: {r.passed}/{r.applied} {r.failures}" for r in cal.checks.values()
+              if r.rate < calibration.MIN_PASS and (r.applied >= 34 or r.applied - r.passed > 1)]
+    assert not misses and cal.low <= calibration.MAX_LOW, (misses, cal.low)
