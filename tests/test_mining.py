@@ -484,11 +484,14 @@ def release_section(old: str, new: str, body: str, level: str = "##") -> str:
     return f"{level} [{new}]({URL}/compare/v{old}...v{new}) (2024-01-01)\n\n\n{body}\n"
 
 
-RELEASE_2_4 = release_section("2.3.1", "3.0.0", (
-    "### ⚠ BREAKING CHANGES\n\n* **config:** read settings from tide.toml\n"
-    "* drop Node 14 (#30)\n\n"
-    "### Features\n\n" + entry("read settings from tide.toml", 21, scope="config")
+def release_3(config_sha: str) -> str:
+    """A breaking note from a commit's footer (#21), one quoting its header (#30), one that is a `feat!:` subject."""
+    return release_section("2.3.1", "3.0.0", (
+    "### ⚠ BREAKING CHANGES\n\n* the `tide.ini` file is no longer read; move it to `tide.toml`\n"
+    "* drop Node 14 (#30)\n* **cli:** remove the --xml flag\n\n"
+    "### Features\n\n" + entry("read settings from tide.toml", 21, sha=config_sha, scope="config")
     + entry("add --json to tide status", 12, scope="cli") + entry("drop Node 14", 30)
+    + entry("remove the --xml flag", 33, scope="cli")
     + "\n\n### Bug Fixes\n\n" + entry("crash when the config file is empty", 15, closes=f", closes [#9]({URL}/issues/9)")
     + "\n\n### Documentation\n\n" + entry("explain the tide table", 17)))
 
@@ -498,10 +501,12 @@ def build_releases(path: Path) -> Scripted:
     c = r.commit
     old = release_section("2.3.0", "2.3.1", "### Bug Fixes\n\n" + entry("an old fix", 3))
     c("first", "chore: release 2.3.1", {"CHANGELOG.md": LOG_HEAD + old, "src/tide.py": "VERSION = '2.3.1'\n"})
-    c("feature", "feat(config): read settings from tide.toml (#21)", {"src/tide.py": "CONFIG = 'tide.toml'\n"})
-    c("release", "chore(main): release 3.0.0 (#31)", {"CHANGELOG.md": LOG_HEAD + RELEASE_2_4 + old,
-                                                      "package.json": '{"version": "3.0.0"}\n'})
-    log = LOG_HEAD + RELEASE_2_4 + old
+    c("feature", "feat(config): read settings from tide.toml (#21)\n\nBREAKING CHANGE: the `tide.ini` file is no "
+                 "longer read;\nmove it to `tide.toml`", {"src/tide.py": "CONFIG = 'tide.toml'\n"})
+    c("squash", "chore: upgrade the parser (#60)\n\n* chore: upgrade the parser\nBREAKING CHANGE: dates are UTC\n\n"
+                "* fix: a typo", {"src/tide.py": "CONFIG = 'tide.toml'\nTZ = 'UTC'\n"})
+    log = LOG_HEAD + release_3(r.shas["feature"][:7]) + old
+    c("release", "chore(main): release 3.0.0 (#31)", {"CHANGELOG.md": log, "package.json": '{"version": "3.0.0"}\n'})
     skips = {  # each adds one release the mapping cannot carry faithfully
         "reverts": release_section("3.0.0", "3.0.1", "### Reverts\n\n* revert \"fix: x\" ([#40](u)) ([abc1234](u))"),
         "nopr": release_section("3.0.1", "3.0.2", "### Bug Fixes\n\n" + entry("a fix with no number")),
@@ -512,6 +517,8 @@ def build_releases(path: Path) -> Scripted:
         "bump": release_section("3.0.5", "3.1.1", "### Features\n\n" + entry("jump a version", 48)),
         "untied": release_section("3.1.1", "4.0.0", "### ⚠ BREAKING CHANGES\n\n* a note no entry carries\n\n"
                                   "### Features\n\n" + entry("something else", 49)),
+        "bullets": release_section("4.0.0", "5.0.0", "### ⚠ BREAKING CHANGES\n\n* dates are UTC\n* fix: a typo\n\n"
+                                   "### Miscellaneous Chores\n\n" + entry("upgrade the parser", 60, sha=r.shas["squash"][:7])),
     }
     for name, section in skips.items():
         log = LOG_HEAD + section + log.removeprefix(LOG_HEAD)
@@ -538,15 +545,15 @@ def test_release_notes_mining_turns_a_changelog_release_into_a_task(releases, tm
     assert task["input"] == ("Project: tidewater\nPrevious release: 2.3.1\nMerged pull requests:\n"
                              "#12 feat(cli): add --json to tide status\n#15 fix: crash when the config file is empty\n"
                              "#17 docs: explain the tide table\n#21 feat(config)!: read settings from tide.toml\n"
-                             "#30 feat!: drop Node 14")
-    assert task["expect"] == {"release_type": "major", "version": "3.0.0", "breaking": [21, 30], "features": [12],
+                             "#30 feat!: drop Node 14\n#33 feat(cli)!: remove the --xml flag")
+    assert task["expect"] == {"release_type": "major", "version": "3.0.0", "breaking": [21, 30, 33], "features": [12],
                               "fixes": [15], "internal": [17]}
     assert task["reference"] == (
         "# tidewater 3.0.0\n\nRelease type: major\n\n## Highlights\n"
-        "- **config:** read settings from tide.toml (#21)\n"
+        "- the `tide.ini` file is no longer read; move it to `tide.toml` (#21)\n"
         "- **cli:** add --json to tide status (#12)\n- crash when the config file is empty (#15)\n\n"
-        "## Breaking changes\n- **config:** read settings from tide.toml (#21)\n"
-        "- drop Node 14 (#30)\n\n## Features\n- **cli:** add --json to tide status (#12)\n\n"
+        "## Breaking changes\n- the `tide.ini` file is no longer read; move it to `tide.toml` (#21)\n"
+        "- drop Node 14 (#30)\n- **cli:** remove the --xml flag (#33)\n\n## Features\n- **cli:** add --json to tide status (#12)\n\n"
         "## Fixes\n- crash when the config file is empty (#15)\n\n## Internal\n#17")
     assert tasks["first"]["expect"] == {"release_type": "patch", "version": "2.3.1", "breaking": [], "features": [],
                                         "fixes": [3], "internal": []}
@@ -556,7 +563,7 @@ def test_release_notes_mining_skips_what_it_cannot_map_faithfully_and_says_why(r
     code, stdout, _, _ = mine(releases, "release-notes", tmp_path / "n.jsonl")
     assert code == 0
     assert reasons(stdout) == {
-        "touches no CHANGELOG.md": 1,
+        "touches no CHANGELOG.md": 2,
         "a Reverts section: the notes do not say whether the reverted change reached users": 1,
         "an entry that cites no pull request": 1,
         "an entry whose text holds links (issues or people)": 1,
@@ -565,6 +572,7 @@ def test_release_notes_mining_skips_what_it_cannot_map_faithfully_and_says_why(r
         "a line that is not a one-line entry under a section (wrapped or nested text)": 1,
         "the real version is not the skill's bump of the previous one for its sections": 1,
         "a breaking change the notes tie to no one listed pull request": 1,
+        "a breaking note spread over several bullets of one commit's footer": 1,
         "adds several release sections": 1}
 
 

@@ -307,6 +307,7 @@ class ChangelogEntry:
     scope: str | None
     text: str
     pr: int | None
+    sha: str | None = None  # the commit the changelog links
 
     def line(self) -> str:
         """The entry as the notes show it: its scope in bold, as the changelog tool wrote it, and its number."""
@@ -354,20 +355,31 @@ def _entries(lines: list[str]) -> list[ChangelogEntry] | str:
             return "an entry whose text holds links (issues or people)"
         if pr is None and (inline := INLINE_PR.search(text)):
             text, pr = text[: inline.start()], inline[1]
-        out.append(ChangelogEntry(place, kind, m["scope"], text, int(pr) if pr else None))
+        out.append(ChangelogEntry(place, kind, m["scope"], text, int(pr) if pr else None, m["sha"]))
     return out
 
 
+def _words_of(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
 def _same_change(a: ChangelogEntry, b: ChangelogEntry) -> bool:
-    def words(e: ChangelogEntry) -> list[str]:
-        return re.findall(r"[a-z0-9]+", f"{e.scope or ''} {e.text}".lower())
-    return words(a) == words(b)
+    return _words_of(f"{a.scope or ''} {a.text}") == _words_of(f"{b.scope or ''} {b.text}")
 
 
-def _places(entries: list[ChangelogEntry]) -> tuple[dict[int, str], dict[int, ChangelogEntry], list[ChangelogEntry]] | str:
+def _footer_of(note: ChangelogEntry, entry: ChangelogEntry, message_of) -> bool:
+    """The note is the text of a `BREAKING CHANGE:` footer of the commit the entry links."""
+    message = message_of(entry.sha) if entry.sha else ""
+    footer = re.split(r"(?m)^BREAKING[ -]CHANGES?:", message, maxsplit=1)
+    return len(footer) == 2 and f" {_words_of(note.text)} " in f" {_words_of(footer[1])} "
+
+
+def _places(entries: list[ChangelogEntry], message_of) -> tuple[dict[int, str], dict[int, ChangelogEntry],
+                                                                  list[ChangelogEntry]] | str:
     """Each pull request's place, the entry its title comes from, and the breaking notes with their numbers; or
     why the entries cannot be mapped. A breaking note names its pull request, or is tied to the one listed entry
-    with its scope and words (a `feat!:` header's note is its subject); that pull request is breaking."""
+    with its scope and words (a `feat!:` header's note is its subject), else to the listed commits whose
+    `BREAKING CHANGE:` footer holds its text (`message_of(sha)`); that pull request is breaking."""
     listed = [e for e in entries if e.place != "breaking"]
     if any(e.pr is None for e in listed):
         return "an entry that cites no pull request"
@@ -380,9 +392,15 @@ def _places(entries: list[ChangelogEntry]) -> tuple[dict[int, str], dict[int, Ch
     notes = []
     for b in (e for e in entries if e.place == "breaking"):
         prs = {b.pr} & set(place) if b.pr is not None else {e.pr for e in listed if _same_change(e, b)}
+        from_footer = b.pr is None and not prs
+        if from_footer:
+            prs = {e.pr for e in listed if _footer_of(b, e, message_of)}
         if len(prs) != 1:
             return "a breaking change the notes tie to no one listed pull request"
-        notes.append(_replace(b, pr=prs.pop()))
+        notes.append(_replace(b, pr=prs.pop(), sha="footer" if from_footer else None))
+    footers = [b.pr for b in notes if b.sha == "footer"]
+    if len(footers) != len(set(footers)):  # the tool split a footer at its bullets: a squash merge's list of commits
+        return "a breaking note spread over several bullets of one commit's footer"
     for b in notes:
         place[b.pr] = "breaking"
     return place, title, notes
@@ -422,7 +440,7 @@ def task_from_commit(commit) -> dict | str:
         return entries
     if not entries:
         return "a release with no entries"
-    mapped = _places(entries)
+    mapped = _places(entries, lambda sha: _message(commit, sha))
     if isinstance(mapped, str):
         return mapped
     place, title, breaking = mapped
@@ -433,6 +451,15 @@ def task_from_commit(commit) -> dict | str:
             "expect": {"release_type": kind, "version": version,
                        **{p: sorted(k for k, v in place.items() if v == p) for p in PLACES}},
             "reference": _release_notes(project, version, kind, entries, place, breaking)}
+
+
+def _message(commit, sha: str) -> str:
+    """The message of another commit of the repository (a changelog's link), or "" when git cannot read it."""
+    try:
+        raw = commit.repo.git("cat-file", "commit", sha, cap=1 << 18)
+    except Exception:  # Skip: not in the clone, ambiguous, too large
+        return ""
+    return raw.partition(b"\n\n")[2].decode("utf-8", errors="replace")
 
 
 def _release_input(project: str, previous: str, place: dict[int, str], title: dict[int, ChangelogEntry]) -> str:
