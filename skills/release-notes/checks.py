@@ -455,9 +455,11 @@ def task_from_commit(commit) -> dict | str:
 
 def _message(commit, sha: str) -> str:
     """The message of another commit of the repository (a changelog's link), or "" when git cannot read it."""
+    from skill_rl.mining import MiningError, Skip
+
     try:
         raw = commit.repo.git("cat-file", "commit", sha, cap=1 << 18)
-    except Exception:  # Skip: not in the clone, ambiguous, too large
+    except (Skip, MiningError):  # not in the clone, ambiguous, too large; git cannot run
         return ""
     return raw.partition(b"\n\n")[2].decode("utf-8", errors="replace")
 
