@@ -594,3 +594,25 @@ def test_mined_release_notes_pass_check_and_their_facts_score_in_full(releases, 
     for task in skill.tasks:
         score, = score_offline(skill, task, [task.reference])
         assert score.format == 1.0 and score.correctness == 1.0, (task.id, score)
+
+
+FACTS = ("release_type_right", "version_right", "entries_in_their_sections", "breaking_listed", "internal_right")
+
+
+def test_real_releases_in_tests_data_are_what_their_readme_says_and_state_their_expect():
+    """tests/data/release-notes-*.jsonl (tests/data/README.md): mined from three repositories' changelogs, each
+    reference (the humans' notes, mapped) states exactly the release its `expect` holds."""
+    from skill_rl.scoring.rubric import score_offline
+    from skill_rl.skills import load_tasks, load_skill
+
+    skill = load_skill(ROOT / "skills" / "release-notes", with_tasks=False)
+    problems: list[str] = []
+    files = sorted((ROOT / "tests" / "data").glob("release-notes-*.jsonl"))
+    tasks = [t for p in files for t in load_tasks(p, skill.checks.Expect, problems)]
+    assert not problems and [p.name.removeprefix("release-notes-") for p in files] == [
+        "release-please.jsonl", "yargs-parser.jsonl", "yargs.jsonl"]
+    assert len(tasks) == 125 and sum(t.expect.release_type == "major" for t in tasks) == 23
+    for task in tasks:
+        score, = score_offline(skill, task, [task.reference])
+        assert all(score.checks[k] in (True, 1.0) for k in FACTS[:3]), (task.id, score.checks)  # always apply
+        assert all(score.checks[k] in (None, True, 1.0) for k in FACTS[3:]), (task.id, score.checks)
