@@ -467,3 +467,152 @@ def test_a_change_too_recent_to_know_is_never_approved(reviews, tmp_path):
     code, stdout, _, tasks = mine(reviews, "code-review", tmp_path / "r.jsonl", "--clean-window", "7")
     assert [t["expect"]["verdict"] for t in tasks] == ["request-changes"]  # rename, mean, header: 6, 5, 4 later commits
     assert reasons(stdout)["too recent to know it is clean (fewer than --clean-window 7 later commits)"] == 3
+
+
+# ------------------------------------------------------------------ release-notes: real releases from a CHANGELOG
+
+LOG_HEAD = "# Changelog\n\n"
+URL = "https://github.com/acme/tidewater"
+
+
+def entry(text: str, pr: int | None = None, sha: str = "abc1234", scope: str | None = None, closes: str = "") -> str:
+    number = f" ([#{pr}]({URL}/issues/{pr}))" if pr else ""
+    return f"* {f'**{scope}:** ' if scope else ''}{text}{number} ([{sha}]({URL}/commit/{sha})){closes}\n"
+
+
+def release_section(old: str, new: str, body: str, level: str = "##") -> str:
+    return f"{level} [{new}]({URL}/compare/v{old}...v{new}) (2024-01-01)\n\n\n{body}\n"
+
+
+def release_3(config_sha: str) -> str:
+    """A breaking note from a commit's footer (#21), one quoting its header (#30), one that is a `feat!:` subject."""
+    return release_section("2.3.1", "3.0.0", (
+    "### ⚠ BREAKING CHANGES\n\n* the `tide.ini` file is no longer read; move it to `tide.toml`\n"
+    "* drop Node 14 (#30)\n* **cli:** remove the --xml flag\n\n"
+    "### Features\n\n" + entry("read settings from tide.toml", 21, sha=config_sha, scope="config")
+    + entry("add --json to tide status", 12, scope="cli") + entry("drop Node 14", 30)
+    + entry("remove the --xml flag", 33, scope="cli")
+    + "\n\n### Bug Fixes\n\n" + entry("crash when the config file is empty", 15, closes=f", closes [#9]({URL}/issues/9)")
+    + "\n\n### Documentation\n\n" + entry("explain the tide table", 17)))
+
+
+def build_releases(path: Path) -> Scripted:
+    r = Scripted(path)
+    c = r.commit
+    old = release_section("2.3.0", "2.3.1", "### Bug Fixes\n\n" + entry("an old fix", 3))
+    c("first", "chore: release 2.3.1", {"CHANGELOG.md": LOG_HEAD + old, "src/tide.py": "VERSION = '2.3.1'\n"})
+    c("feature", "feat(config): read settings from tide.toml (#21)\n\nBREAKING CHANGE: the `tide.ini` file is no "
+                 "longer read;\nmove it to `tide.toml`", {"src/tide.py": "CONFIG = 'tide.toml'\n"})
+    c("squash", "chore: upgrade the parser (#60)\n\n* chore: upgrade the parser\nBREAKING CHANGE: dates are UTC\n\n"
+                "* fix: a typo", {"src/tide.py": "CONFIG = 'tide.toml'\nTZ = 'UTC'\n"})
+    log = LOG_HEAD + release_3(r.shas["feature"][:7]) + old
+    c("release", "chore(main): release 3.0.0 (#31)", {"CHANGELOG.md": log, "package.json": '{"version": "3.0.0"}\n'})
+    skips = {  # each adds one release the mapping cannot carry faithfully
+        "reverts": release_section("3.0.0", "3.0.1", "### Reverts\n\n* revert \"fix: x\" ([#40](u)) ([abc1234](u))"),
+        "nopr": release_section("3.0.1", "3.0.2", "### Bug Fixes\n\n" + entry("a fix with no number")),
+        "links": release_section("3.0.2", "3.0.3", "### Bug Fixes\n\n" + entry(f"thanks [@ada]({URL})", 44)),
+        "prerelease": release_section("3.0.3", "3.1.0-rc.1", "### Features\n\n" + entry("preview", 45)),
+        "unmapped": release_section("3.0.3", "3.0.4", "### Dependencies\n\n" + entry("update yaml to v2", 46)),
+        "wrapped": release_section("3.0.4", "3.0.5", "### Bug Fixes\n\n" + entry("a fix", 47) + "  that wraps\n"),
+        "bump": release_section("3.0.5", "3.1.1", "### Features\n\n" + entry("jump a version", 48)),
+        "untied": release_section("3.1.1", "4.0.0", "### ⚠ BREAKING CHANGES\n\n* a note no entry carries\n\n"
+                                  "### Features\n\n" + entry("something else", 49)),
+        "bullets": release_section("4.0.0", "5.0.0", "### ⚠ BREAKING CHANGES\n\n* dates are UTC\n* fix: a typo\n\n"
+                                   "### Miscellaneous Chores\n\n" + entry("upgrade the parser", 60, sha=r.shas["squash"][:7])),
+    }
+    for name, section in skips.items():
+        log = LOG_HEAD + section + log.removeprefix(LOG_HEAD)
+        c(name, f"chore: release {name}", {"CHANGELOG.md": log})
+    two = release_section("3.1.1", "3.1.2", "### Bug Fixes\n\n" + entry("x", 50)) + release_section(
+        "3.1.2", "3.1.3", "### Bug Fixes\n\n" + entry("y", 51))
+    c("two", "chore: two releases", {"CHANGELOG.md": LOG_HEAD + two + log.removeprefix(LOG_HEAD)})
+    return r
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    return build_releases(tmp_path_factory.mktemp("releases") / "repo")
+
+
+def test_release_notes_mining_turns_a_changelog_release_into_a_task(releases, tmp_path):
+    """The titles rebuilt from the sections (type), bold scopes and `!` for a breaking one; breaking notes tied
+    to their pull request by number or by their words; the humans' entries in the Output Format."""
+    code, stdout, stderr, tasks = mine(releases, "release-notes", tmp_path / "n.jsonl")
+    assert code == 0, stderr
+    tasks = by_name(releases, tasks)
+    assert sorted(tasks) == ["first", "release"]
+    task = tasks["release"]
+    assert task["input"] == ("Project: tidewater\nPrevious release: 2.3.1\nMerged pull requests:\n"
+                             "#12 feat(cli): add --json to tide status\n#15 fix: crash when the config file is empty\n"
+                             "#17 docs: explain the tide table\n#21 feat(config)!: read settings from tide.toml\n"
+                             "#30 feat!: drop Node 14\n#33 feat(cli)!: remove the --xml flag")
+    assert task["expect"] == {"release_type": "major", "version": "3.0.0", "breaking": [21, 30, 33], "features": [12],
+                              "fixes": [15], "internal": [17]}
+    assert task["reference"] == (
+        "# tidewater 3.0.0\n\nRelease type: major\n\n## Highlights\n"
+        "- the `tide.ini` file is no longer read; move it to `tide.toml` (#21)\n"
+        "- **cli:** add --json to tide status (#12)\n- crash when the config file is empty (#15)\n\n"
+        "## Breaking changes\n- the `tide.ini` file is no longer read; move it to `tide.toml` (#21)\n"
+        "- drop Node 14 (#30)\n- **cli:** remove the --xml flag (#33)\n\n## Features\n- **cli:** add --json to tide status (#12)\n\n"
+        "## Fixes\n- crash when the config file is empty (#15)\n\n## Internal\n#17")
+    assert tasks["first"]["expect"] == {"release_type": "patch", "version": "2.3.1", "breaking": [], "features": [],
+                                        "fixes": [3], "internal": []}
+
+
+def test_release_notes_mining_skips_what_it_cannot_map_faithfully_and_says_why(releases, tmp_path):
+    code, stdout, _, _ = mine(releases, "release-notes", tmp_path / "n.jsonl")
+    assert code == 0
+    assert reasons(stdout) == {
+        "touches no CHANGELOG.md": 2,
+        "a Reverts section: the notes do not say whether the reverted change reached users": 1,
+        "an entry that cites no pull request": 1,
+        "an entry whose text holds links (issues or people)": 1,
+        "the release heading links no compare view of two X.Y.Z tags": 1,
+        "a 'Dependencies' section of no one commit type": 1,
+        "a line that is not a one-line entry under a section (wrapped or nested text)": 1,
+        "the real version is not the skill's bump of the previous one for its sections": 1,
+        "a breaking change the notes tie to no one listed pull request": 1,
+        "a breaking note spread over several bullets of one commit's footer": 1,
+        "adds several release sections": 1}
+
+
+def test_mined_release_notes_pass_check_and_their_facts_score_in_full(releases, tmp_path):
+    """The humans' notes meet the format and every fact `expect` holds (type, version, places); what the
+    checks make of their words (copied titles) is the reward's business, not the miner's."""
+    from skill_rl.scoring.rubric import score_offline
+    from skill_rl.skills import load_skill
+
+    _, _, _, tasks = mine(releases, "release-notes", tmp_path / "n.jsonl")
+    folder = tmp_path / "skills" / "release-notes"
+    folder.mkdir(parents=True)
+    for name in ("SKILL.md", "checks.py"):
+        shutil.copy(ROOT / "skills" / "release-notes" / name, folder / name)
+    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", "release-notes", "--check")
+    assert code == 0 and f"{len(tasks)} tasks are valid" in out, err
+    skill = load_skill(folder)
+    for task in skill.tasks:
+        score, = score_offline(skill, task, [task.reference])
+        assert score.format == 1.0 and score.correctness == 1.0, (task.id, score)
+
+
+FACTS = ("release_type_right", "version_right", "entries_in_their_sections", "breaking_listed", "internal_right")
+
+
+def test_real_releases_in_tests_data_are_what_their_readme_says_and_state_their_expect():
+    """tests/data/release-notes-*.jsonl (tests/data/README.md): mined from three repositories' changelogs, each
+    reference (the humans' notes, mapped) states exactly the release its `expect` holds."""
+    from skill_rl.scoring.rubric import score_offline
+    from skill_rl.skills import load_tasks, load_skill
+
+    skill = load_skill(ROOT / "skills" / "release-notes", with_tasks=False)
+    problems: list[str] = []
+    files = sorted((ROOT / "tests" / "data").glob("release-notes-*.jsonl"))
+    tasks = [t for p in files for t in load_tasks(p, skill.checks.Expect, problems)]
+    assert not problems and [p.name.removeprefix("release-notes-") for p in files] == [
+        "release-please.jsonl", "yargs-parser.jsonl", "yargs.jsonl"]
+    assert len(tasks) == 125 and sum(t.expect.release_type == "major" for t in tasks) == 23
+    for task in tasks:
+        score, = score_offline(skill, task, [task.reference])
+        assert all(score.checks[k] in (True, 1.0) for k in FACTS[:3]), (task.id, score.checks)  # always apply
+        assert all(score.checks[k] in (None, True, 1.0) for k in FACTS[3:]), (task.id, score.checks)

@@ -267,3 +267,226 @@ def entries_match_their_titles(output: str, task) -> float | None:
         vocab = diffs.vocabulary("\n".join(r.titles[k] for k in numbers if k in r.titles))
         ok += bool(vocab) and any(diffs.found(w, vocab) for w in diffs.specific_words(text))
     return ok / len(entries)
+
+
+# ------------------------------------------------------------------ mining: real releases from a CHANGELOG
+# `python train_skill.py --skill release-notes --tasks-from-git REPO` calls `task_from_commit` once per commit
+# (skill_rl/mining/ walks the history, bounds the diff, refuses secrets and duplicates, splits and validates).
+# A release commit adds one release's section to the top of a CHANGELOG.md written by release-please or
+# conventional-changelog (`## [1.4.0](https://github.com/o/r/compare/v1.3.2...v1.4.0) (date)`, then `### Features`,
+# `### Bug Fixes`, ... and one `* **scope:** text ([#12](url)) ([sha](url))` line per commit). The task is that
+# release as the skill sees it: the input lists one title per pull request, `type(scope)!: text` as the section and
+# the entry give them (the commit header the changelog tool read, without its PR number); the reference is the
+# humans' notes in the skill's Output Format. Nothing above depends on this section.
+
+from dataclasses import replace as _replace  # noqa: E402 (this section stands apart from the checks above)
+
+CHANGELOG_FILE = re.compile(r"(^|/)changelog\.md$", re.I)
+RELEASE_HEADING = re.compile(r"^#{1,3} \[(?P<version>[^\]\s]+)\]\((?P<url>[^)\s]+)\)")
+COMPARE = re.compile(r"github\.com/[^/\s]+/(?P<repo>[^/\s]+)/compare/(?P<old>\S+?)\.\.\.(?P<new>\S+)$")
+TAG = re.compile(r"^(?:(?P<component>.+?)[-@/])?v?(?P<version>\d{1,9}\.\d{1,9}\.\d{1,9})$")
+SECTION_HEADING = re.compile(r"^#{2,4} +(?:⚠️? *)?(?P<name>[^#\n]+?)\s*$")
+ENTRY = re.compile(r"^\* (?:\*\*(?P<scope>[^*\n]+?):\*\* )?(?P<text>.+?)(?: \(\[#(?P<pr>\d{1,9})\]\([^)\s]*\)\))?"
+                   r"(?: \(\[(?P<sha>[0-9a-f]{7,40})\]\([^)\s]*\)\))?(?:,? closes .*)?$")
+INLINE_PR = re.compile(r"\s*\(#(\d{1,9})\)$")  # a breaking note quoting its header: "drop Node 10 (#1919)"
+# A changelog section: where the skill puts its entries, and the Conventional Commits type it lists.
+CHANGELOG_SECTIONS = {
+    "features": ("features", "feat"), "performance improvements": ("features", "perf"),
+    "bug fixes": ("fixes", "fix"),
+    "documentation": ("internal", "docs"), "miscellaneous chores": ("internal", "chore"),
+    "chores": ("internal", "chore"), "code refactoring": ("internal", "refactor"), "tests": ("internal", "test"),
+    "build system": ("internal", "build"), "continuous integration": ("internal", "ci"), "styles": ("internal", "style"),
+}
+BREAKING_SECTIONS = {"breaking changes"}
+
+
+@dataclass(frozen=True)
+class ChangelogEntry:
+    place: str  # breaking, features, fixes or internal
+    type: str | None  # the commit type its section lists (None under Breaking changes)
+    scope: str | None
+    text: str
+    pr: int | None
+    sha: str | None = None  # the commit the changelog links
+
+    def line(self) -> str:
+        """The entry as the notes show it: its scope in bold, as the changelog tool wrote it, and its number."""
+        return f"- {f'**{self.scope}:** ' if self.scope else ''}{self.text} (#{self.pr})"
+
+
+def _added_release(diff: str) -> list[str] | str:
+    """The lines of the one release section the diff adds (heading first), or why there is none."""
+    sections, current = [], None
+    for line in diff.split("\n"):
+        if not line.startswith("+") or line.startswith("+++"):
+            current = None  # the added run ends: the older releases follow
+        elif RELEASE_HEADING.match(line[1:]):
+            current = [line[1:]]
+            sections.append(current)
+        elif current is not None:
+            current.append(line[1:])
+    if not sections:
+        return "adds no release section to the CHANGELOG"
+    return sections[0] if len(sections) == 1 else "adds several release sections"
+
+
+def _entries(lines: list[str]) -> list[ChangelogEntry] | str:
+    """Every entry of the release section, in its place; or why the section cannot be mapped faithfully."""
+    out, place, kind = [], None, None
+    for line in lines:
+        if not line.strip():
+            continue
+        if m := SECTION_HEADING.match(line):
+            name = m["name"].lower().strip("⚠️ ").strip()
+            if name in BREAKING_SECTIONS:
+                place, kind = "breaking", None
+            elif name in CHANGELOG_SECTIONS:
+                place, kind = CHANGELOG_SECTIONS[name]
+            elif name == "reverts":
+                return "a Reverts section: the notes do not say whether the reverted change reached users"
+            else:
+                return f"a {m['name'][:30]!r} section of no one commit type"
+            continue
+        m = ENTRY.match(line)
+        if place is None or not m:
+            return "a line that is not a one-line entry under a section (wrapped or nested text)"
+        text, pr = m["text"].strip(), m["pr"]
+        if "](" in text:  # the tool linked an issue or a person named in the header: not the header's own words
+            return "an entry whose text holds links (issues or people)"
+        if pr is None and (inline := INLINE_PR.search(text)):
+            text, pr = text[: inline.start()], inline[1]
+        out.append(ChangelogEntry(place, kind, m["scope"], text, int(pr) if pr else None, m["sha"]))
+    return out
+
+
+def _words_of(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _same_change(a: ChangelogEntry, b: ChangelogEntry) -> bool:
+    return _words_of(f"{a.scope or ''} {a.text}") == _words_of(f"{b.scope or ''} {b.text}")
+
+
+def _footer_of(note: ChangelogEntry, entry: ChangelogEntry, message_of) -> bool:
+    """The note is the text of a `BREAKING CHANGE:` footer of the commit the entry links."""
+    message = message_of(entry.sha) if entry.sha else ""
+    footer = re.split(r"(?m)^BREAKING[ -]CHANGES?:", message, maxsplit=1)
+    return len(footer) == 2 and f" {_words_of(note.text)} " in f" {_words_of(footer[1])} "
+
+
+def _places(entries: list[ChangelogEntry], message_of) -> tuple[dict[int, str], dict[int, ChangelogEntry],
+                                                                  list[ChangelogEntry]] | str:
+    """Each pull request's place, the entry its title comes from, and the breaking notes with their numbers; or
+    why the entries cannot be mapped. A breaking note names its pull request, or is tied to the one listed entry
+    with its scope and words (a `feat!:` header's note is its subject), else to the listed commits whose
+    `BREAKING CHANGE:` footer holds its text (`message_of(sha)`); that pull request is breaking."""
+    listed = [e for e in entries if e.place != "breaking"]
+    if any(e.pr is None for e in listed):
+        return "an entry that cites no pull request"
+    place: dict[int, str] = {}
+    title: dict[int, ChangelogEntry] = {}
+    for e in listed:
+        if place.setdefault(e.pr, e.place) != e.place:
+            return "a pull request listed in two sections"
+        title.setdefault(e.pr, e)
+    notes = []
+    for b in (e for e in entries if e.place == "breaking"):
+        prs = {b.pr} & set(place) if b.pr is not None else {e.pr for e in listed if _same_change(e, b)}
+        from_footer = b.pr is None and not prs
+        if from_footer:
+            prs = {e.pr for e in listed if _footer_of(b, e, message_of)}
+        if len(prs) != 1:
+            return "a breaking change the notes tie to no one listed pull request"
+        notes.append(_replace(b, pr=prs.pop(), sha="footer" if from_footer else None))
+    footers = [b.pr for b in notes if b.sha == "footer"]
+    if len(footers) != len(set(footers)):  # the tool split a footer at its bullets: a squash merge's list of commits
+        return "a breaking note spread over several bullets of one commit's footer"
+    for b in notes:
+        place[b.pr] = "breaking"
+    return place, title, notes
+
+
+def _project(url: str) -> tuple[str, str, str] | str:
+    """(project, previous version, version) from the heading's compare link."""
+    m = COMPARE.search(url)
+    old, new = (TAG.match(m["old"]), TAG.match(m["new"])) if m else (None, None)
+    if not old or not new:
+        return "the release heading links no compare view of two X.Y.Z tags"
+    return new["component"] or m["repo"], old["version"], new["version"]
+
+
+def task_from_commit(commit) -> dict | str:
+    """A task from a commit that adds one release to a CHANGELOG.md: the input is the project, the previous
+    version and a title per pull request; the reference the real notes in the Output Format; `expect` the
+    release type, the version and each pull request's place. Releases the mapping cannot carry faithfully
+    are skipped with the reason (see docs/tasks-from-git.md)."""
+    if commit.reverts:
+        return "revert"
+    changelogs = [f.path for f in commit.files if CHANGELOG_FILE.search(f.path) and f.excluded is None]
+    if len(changelogs) != 1:
+        return "touches no CHANGELOG.md" if not changelogs else "touches several CHANGELOG.md files"
+    lines = _added_release(commit.diff_of(changelogs))
+    if isinstance(lines, str):
+        return lines
+    heading = RELEASE_HEADING.match(lines[0])
+    about = _project(heading["url"])
+    if isinstance(about, str):
+        return about
+    project, previous, version = about
+    if heading["version"].lstrip("v") != version:
+        return "the heading's version is not the compare link's"
+    entries = _entries(lines[1:])
+    if isinstance(entries, str):
+        return entries
+    if not entries:
+        return "a release with no entries"
+    mapped = _places(entries, lambda sha: _message(commit, sha))
+    if isinstance(mapped, str):
+        return mapped
+    place, title, breaking = mapped
+    kind = "major" if "breaking" in place.values() else "minor" if "features" in place.values() else "patch"
+    if bump(tuple(int(x) for x in previous.split(".")), kind) != version:
+        return "the real version is not the skill's bump of the previous one for its sections"
+    return {"input": _release_input(project, previous, place, title),
+            "expect": {"release_type": kind, "version": version,
+                       **{p: sorted(k for k, v in place.items() if v == p) for p in PLACES}},
+            "reference": _release_notes(project, version, kind, entries, place, breaking)}
+
+
+def _message(commit, sha: str) -> str:
+    """The message of another commit of the repository (a changelog's link), or "" when git cannot read it."""
+    from skill_rl.mining import MiningError, Skip
+
+    try:
+        raw = commit.repo.git("cat-file", "commit", sha, cap=1 << 18)
+    except (Skip, MiningError):  # not in the clone, ambiguous, too large; git cannot run
+        return ""
+    return raw.partition(b"\n\n")[2].decode("utf-8", errors="replace")
+
+
+def _release_input(project: str, previous: str, place: dict[int, str], title: dict[int, ChangelogEntry]) -> str:
+    lines = []
+    for pr in sorted(place):
+        e = title[pr]
+        header = f"{e.type}{f'({e.scope})' if e.scope else ''}{'!' if place[pr] == 'breaking' else ''}"
+        lines.append(f"#{pr} {header}: {e.text}")
+    return f"Project: {project}\nPrevious release: {previous}\nMerged pull requests:\n" + "\n".join(lines)
+
+
+def _release_notes(project: str, version: str, kind: str, entries: list[ChangelogEntry], place: dict[int, str],
+                   breaking: list[ChangelogEntry]) -> str:
+    """The notes in the Output Format: Breaking changes holds the breaking notes (a breaking pull request's
+    listing under the section of its type is dropped), Features and Fixes the other entries of their sections,
+    Internal the numbers of the maintainer-only pull requests, and Highlights repeats the first entry of
+    Breaking changes, Features and Fixes (the changelog has no highlights of its own)."""
+    shown = {"breaking": [b.line() for b in breaking]}
+    for p in ("features", "fixes"):
+        shown[p] = [e.line() for e in entries if e.place == p and place[e.pr] == p]
+    internal = [f"#{k}" for k in sorted(place) if place[k] == "internal"]
+    highlights = [shown[p][0] for p in ("breaking", "features", "fixes") if shown[p]]
+    parts = [f"# {project} {version}", f"Release type: {kind}",
+             "## Highlights\n" + ("\n".join(highlights) or "None."),
+             *(f"## {name}\n" + ("\n".join(shown[p]) or "None.")
+               for name, p in (("Breaking changes", "breaking"), ("Features", "features"), ("Fixes", "fixes"))),
+             "## Internal\n" + (", ".join(internal) or "None.")]
+    return "\n\n".join(parts)
