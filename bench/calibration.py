@@ -56,7 +56,7 @@ def report(skill_name: str, paths: list[Path]) -> int:
         table.add_row(f"reward < {calibration.LOW}, {'with' if expect else 'without'} expect",
                       *(f"{sum(r < calibration.LOW - 1e-9 for r in cals[p, expect].rewards)}/{cals[p, expect].kept} "
                         f"({cals[p, expect].low:.1%})" for p in paths))
-    table.add_row("references kept (commitlint / gates)", *(f"{cals[p, True].kept}/{cals[p, True].tasks}" for p in paths))
+    table.add_row("references kept (every gate passes)", *(f"{cals[p, True].kept}/{cals[p, True].tasks}" for p in paths))
     Console(width=220).print(table)
     bad = [line for (p, e), c in cals.items() for line in calibration.problems(c, f"{p.name} ({'with' if e else 'without'} expect)")]
     print("\n".join(bad) if bad else "every check within the bounds on every fixture")

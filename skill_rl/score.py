@@ -111,7 +111,8 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
                "judge_skipped": 0, "judge_duplicates": 0, "usage": scorer.usage,
-               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
+               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions,
+               "tasks": list({id(task): task for _, task, _, _ in every}.values())}
 
     # the file is one step: what repeats across different tasks, their own words masked, is paid for nowhere (repeats.py)
     flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]  # resumed too
@@ -167,9 +168,27 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"]:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
                       f"{summary['check_errors']} check error(s)")
+    if judge is None and (line := cannot_tell(skill, summary["tasks"])):
+        print(line, file=sys.stderr)  # one line, never wrapped
     if summary["judge_skipped"] or summary["judge_duplicates"]:
         console.print(f"not sent to the judge: {summary['judge_skipped']} group(s) of identical outputs, "
                       f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement")
+
+
+def cannot_tell(skill: Skill, tasks: list[Task]) -> str | None:
+    """One line when, with no judge, the checks on these tasks cannot tell a right answer from a wrong one: they
+    cover under half of correctness (no `expect`: a commit's type and breaking flag, a review's verdict are
+    unknown, and the estimates only cut). None when they can."""
+    from skill_rl.scoring.rubric import MIN_CORRECTNESS_COVER, checks_cover
+
+    if not tasks or skill.weights["correctness"] == 0:
+        return None
+    cover = checks_cover(skill, tasks)["correctness"]
+    if cover >= MIN_CORRECTNESS_COVER:
+        return None
+    return (f"note: the reward cannot tell whether these answers are right: with no judge, the checks cover "
+            f"{cover:.0%} of correctness on these {len(tasks)} task(s) (no `expect`, or nothing checks it), so the "
+            "rewards above say mostly whether the form is kept; score with a judge, or add `expect` to the tasks")
 
 
 def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False,

@@ -125,3 +125,17 @@ def test_a_training_step_scales_rewards_by_what_is_repeated_across_its_tasks():
     assert penalise_repeats(groups) == pytest.approx(0.5)
     rewards = [[t.reward for t in g.trajectories] for g in groups]
     assert rewards == [[0.0, 1.0], [0.0, 1.0]] and groups[0].trajectories[0].metrics["repeated"] == 1.0
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["without expect", "with expect"])
+def test_score_without_a_judge_says_when_the_reward_cannot_tell_a_right_answer(tmp_path, capsys, strip):
+    skills = skills_with(tmp_path, "git-commit", strip_expect=strip)
+    from skill_rl.skills import load_skill
+
+    tasks = [t for t in load_skill(skills / "git-commit").tasks if t.reference][:4]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"task_id": t.id, "outputs": [t.reference]}) + "\n" for t in tasks))
+    assert main(["--skills-dir", str(skills), "--skill", "git-commit", "--score", str(src), "--judge", "none",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("the reward cannot tell whether these answers are right" in err) is strip, err

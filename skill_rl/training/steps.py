@@ -3,7 +3,7 @@ its backend, gathering and scoring a batch of groups, logging a step, validating
 
 ART's `gather_trajectory_groups` runs the rollouts; each finished group is scored at once (`after_each`),
 so the judge overlaps the other groups' rollouts. A group left with fewer than two rollouts has nothing to
-compare and is dropped; text repeated verbatim across a step's tasks is paid for nowhere.
+compare and is dropped; what repeats across a step's tasks, their own words masked, is paid for nowhere.
 """
 
 from __future__ import annotations

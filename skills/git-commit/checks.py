@@ -150,9 +150,11 @@ def specific_subject(output: str, task) -> bool | None:
 
 
 def _names_only(subject: str, diff: str) -> bool:
-    """A list of names (`a.ts, b.ts and c`, `fooBar and bazQux`): names, not a sentence about them. A subject that
-    names only the changed file ("fix up CHANGELOG") is weak but true, and humans write it: not cut."""
-    return diffs.is_list(subject)
+    """A list of names (`a.ts, b.ts and c`, `fooBar and bazQux`, `fooBar bazQux`): names, not a sentence about
+    them. A subject that names only the changed file ("fix up CHANGELOG") is weak but true, and humans write it:
+    not cut."""
+    words = subject.split()
+    return diffs.is_list(subject) or len(words) >= 2 and len(diffs.names(subject)) == len(words)
 
 
 @check("format", covers=0.05)
@@ -223,8 +225,9 @@ GENERIC_PARAGRAPH = 6  # specific words: a body this long that names nothing of 
 @check("procedure", kind="estimate", cut=0.15)
 def body_about_the_diff(output: str, task) -> bool | None:
     """Step 6, estimated: a body long enough to say something (GENERIC_PARAGRAPH specific words or more) names
-    something of this diff, or its subject does (a body says why, often in words the diff does not hold), and no
-    paragraph of it says the subject again. A generic body ("improves the overall
+    something of this diff, or its subject does (a body says why, often in words the diff does not hold), no
+    paragraph of it says the subject again, and it is not the diff's own changed lines pasted (half its lines or
+    more). A generic body ("improves the overall
     quality and maintainability") is cut; a body is never asked for (humans leave it out of most commits, large
     ones included) and never paid. None for a header alone."""
     msg = parse(output)
@@ -238,6 +241,10 @@ def _says_something(header: str, rest: str, diff: str) -> bool:
     subject = header.partition(": ")[2].strip()
     if subject and any(p.strip() == subject for p in re.split(r"\n[ \t]*\n", rest)):
         return False
+    lines = [line.strip() for line in rest.split("\n") if line.strip()]
+    pasted = _changed_lines(diff)
+    if sum(line in pasted for line in lines) * 2 >= len(lines) >= 2:  # the diff's own lines restate it
+        return False
     words = diffs.specific_words(rest, FILLER)
     vocabulary = diffs.vocabulary(diff)
     return (len(words) < GENERIC_PARAGRAPH or any(diffs.found(w, vocabulary) for w in words)
@@ -245,6 +252,13 @@ def _says_something(header: str, rest: str, diff: str) -> bool:
 
 
 # ------------------------------------------------------------------ correctness
+
+
+@lru_cache(maxsize=1024)
+def _changed_lines(diff: str) -> frozenset[str]:
+    """The diff's added and removed lines, stripped, of 8 or more characters."""
+    return frozenset(s for line in diff.split("\n") if line[:1] in "+-" and not line.startswith(("+++ ", "--- "))
+                     and len(s := line[1:].strip()) >= 8)
 
 
 @check("correctness", key=True, kind="estimate", cut=0.3)
