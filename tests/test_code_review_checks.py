@@ -245,3 +245,26 @@ def test_every_code_review_check_passes_the_real_references(path, expect):
     misses = [f"{r.name}: {r.passed}/{r.applied} {r.failures}" for r in cal.checks.values()
               if r.rate < calibration.MIN_PASS and (r.applied >= 34 or r.applied - r.passed > 1)]
     assert not misses and cal.low <= calibration.MAX_LOW, (misses, cal.low)
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["without expect", "with expect"])
+def test_score_without_a_judge_says_it_cannot_tell_a_review_verdict_without_expect(tmp_path, capsys, strip):
+    """Without `expect` nothing says whether a diff needs changes: `--score --judge none` says the reward cannot tell
+    (an LGTM and the right review both keep the form), and says nothing of the kind when `expect` is there."""
+    import json
+    import shutil
+
+    from train_skill import main
+
+    folder = tmp_path / "skills" / "code-review"
+    shutil.copytree(ROOT / "skills" / "code-review", folder)
+    rows = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines()]
+    if strip:
+        (folder / "tasks.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "expect"}) + "\n"
+                                                    for r in rows))
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"task_id": r["id"], "outputs": [r["reference"]]}) + "\n" for r in rows[:4]))
+    assert main(["--skills-dir", str(tmp_path / "skills"), "--skill", "code-review", "--score", str(src), "--judge",
+                 "none", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("the reward cannot tell whether these answers are right" in err) is strip, err
