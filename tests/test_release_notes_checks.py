@@ -90,12 +90,24 @@ ROWS = [
      RAW, pytest.approx((3 + 0.5 + 0) / 5), "one vague entry for two fixes: it says neither"),
     ("entries_match_their_titles", swap("- Tide heights near midnight are right again (#816)", "- wrong tide height near midnight (#816)"),
      RAW, 1.0, "a title copied says its change"),
+    ("entries_match_their_titles", swap("- The `--legacy` flag is gone; drop it from your scripts (#813)",
+                                        "- Scripts that pass the old switch must stop passing it before they upgrade (#813)"),
+     RAW, 1.0, "a breaking entry may be an upgrade note in words its title lacks"),
+    ("entries_match_their_titles", swap("- The `--legacy` flag is gone; drop it from your scripts (#813)", "- It breaks (#813)"),
+     RAW, pytest.approx(4 / 5), "a breaking entry that names nothing of its title and says nothing of its own"),
 ]
 
 
 @pytest.mark.parametrize("name,text,task,expected,reason", ROWS, ids=[f"{r[0]}: {r[4]}" for r in ROWS])
 def test_release_notes_checks(name, text, task, expected, reason):
     assert getattr(checks, name)(text, task) == expected
+
+
+@pytest.mark.parametrize("a,b,same", [("string", "strings", True), ("speed", "speeds", True), ("caching", "cache", True),
+                                       ("log", "login", False), ("tide", "midnight", False)])
+def test_an_entry_word_names_a_title_word_by_stem_or_prefix(a, b, same):
+    """diffs.key cuts "string" to "str" but "strings" to "strin": a prefix of four letters or more matches too."""
+    assert checks.same_word(a, b) is same and checks.same_word(b, a) is same
 
 
 @pytest.mark.parametrize("previous,kind,expected", [
