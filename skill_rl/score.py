@@ -111,8 +111,7 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
     gate = asyncio.Semaphore(concurrency)
     summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
                "judge_skipped": 0, "judge_duplicates": 0, "usage": scorer.usage,
-               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions,
-               "tasks": list({id(task): task for _, task, _, _ in every}.values())}
+               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
 
     # the file is one step: what repeats across different tasks, their own words masked, is paid for nowhere (repeats.py)
     flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]  # resumed too
@@ -137,6 +136,8 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
         await asyncio.gather(*(one(*item) for item in items))
     summary["check_errors"] = sum(scorer.check_errors.values())
     summary["judge_cache"] = scorer.cache_line()
+    # checked here, while a check's stray print still goes to stderr (run), never into the JSONL on stdout
+    summary["cannot_tell"] = None if judge else cannot_tell(skill, list({id(t): t for _, t, _, _ in every}.values()))
     return summary
 
 
@@ -168,8 +169,8 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"]:
         console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
                       f"{summary['check_errors']} check error(s)")
-    if judge is None and (line := cannot_tell(skill, summary["tasks"])):
-        print(line, file=sys.stderr)  # one line, never wrapped
+    if summary.get("cannot_tell"):
+        print(summary["cannot_tell"], file=sys.stderr)  # one line, never wrapped
     if summary["judge_skipped"] or summary["judge_duplicates"]:
         console.print(f"not sent to the judge: {summary['judge_skipped']} group(s) of identical outputs, "
                       f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement")

@@ -133,11 +133,20 @@ def test_a_review_with_three_extra_false_findings_never_outscores_the_precise_on
         assert checks[1].reward * (1 - s) <= checks[0].reward * (1 - p), t.id
 
 
-def test_a_line_two_references_share_is_right_and_not_charged(tmp_path):
+def test_a_line_of_the_tasks_own_reference_is_right_and_not_charged(tmp_path):
     shared = "Escalated to the support team for a follow-up."
     tasks = [dict(t, reference=f"{t['reference']}\n{shared}") for t in REVIEWS[:2]] + REVIEWS[2:]
     skill = load_skill(_skill(tmp_path, "escalating", tasks=tasks))
     answers = [(t["input"], f"{t['reference']} because {t['input'].lower()}\n{shared}") for t in REVIEWS]
-    assert repeats.shares(answers, skill) == [0.0, 0.0, 0.0]
-    other = "Forwarded to the quality team for another look."  # shared by no two references
-    assert min(repeats.shares([(i, a.replace(shared, other)) for i, a in answers], skill)) > 0.5
+    first, second, third = repeats.shares(answers, skill)
+    assert first == second == 0.0 and third > 0.5  # r3's reference does not escalate: there the line is boilerplate
+    bare = load_skill(_skill(tmp_path, "unreferenced", tasks=[{k: v for k, v in t.items() if k != "reference"}
+                                                               for t in REVIEWS]))
+    assert min(repeats.shares(answers, bare)) > 0.5  # no reference says the line is right
+
+
+def test_an_example_of_the_skill_md_copied_for_every_task_is_the_constant_answer():
+    skill = load_skill(ROOT / "skills" / "git-commit")
+    example = "fix(cli): exit with status 2 when the config file is missing"  # SKILL.md's Examples section
+    assert example in skill.body
+    assert repeats.shares([(DATES, example), (RETRY, example)], skill) == [1.0, 1.0]

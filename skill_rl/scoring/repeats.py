@@ -21,9 +21,10 @@ for a different task has it too, and it weighs its literal letters (those outsid
 The penalty is the repeated skeleton itself, not its share of the output, so adding unique text never dilutes
 it: an output that adds false findings to a repeated one is charged at least as much. What is the same because it
 is right is never charged: an output shorter than MIN_OUTPUT characters (a label, a verdict), a line the SKILL.md
-holds (a footer it prescribes, a heading of its template) and a skeleton two references to different tasks share
-(a section heading, "docs: fix typo in §"). Outputs for the same task (a group's rollouts) never count against
-each other.
+prescribes (its Output Format's lines and the code spans of it and of its Rules: a footer, a heading of its
+template; not its examples, which copied into every answer are the constant answer), a skeleton of the task's
+own reference, and for a task without a reference a skeleton two references to different tasks share (a section
+heading, "docs: fix typo in §"). Outputs for the same task (a group's rollouts) never count against each other.
 """
 
 from __future__ import annotations
@@ -78,12 +79,27 @@ def skeleton(line: str, words: frozenset[str], common: frozenset[str] = frozense
 
 @dataclasses.dataclass(frozen=True)
 class Exempt:
-    """What is the same across tasks because it is right: SKILL.md's lines and their skeletons, and the skeletons
-    that references to different tasks share; `common`: the words that stay unmasked."""
+    """What is the same across tasks because it is right: the lines SKILL.md prescribes, each task's own reference's
+    skeletons (`own`, by task input), and for a task without a reference the skeletons two references to different
+    tasks share; `common`: the words that stay unmasked."""
 
     lines: frozenset[str] = frozenset()
-    skeletons: frozenset[str] = frozenset()
+    own: dict = dataclasses.field(default_factory=dict)
+    shared: frozenset[str] = frozenset()
     common: frozenset[str] = FILLER
+
+
+SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def prescribed(skill) -> frozenset[str]:
+    """The lines SKILL.md prescribes for an output: its Output Format section's lines (the template included) and
+    the code spans of that section and of its Rules. Not its examples: an example copied into every answer is
+    the constant answer, not a prescribed line."""
+    fmt = skill.sections["output format"].text if "output format" in skill.sections else ""
+    rules = "\n".join(skill.rules)
+    lines = [line.strip().lstrip("-*> ").strip() for line in fmt.split("\n")]
+    return frozenset(x for x in lines + SPAN.findall(fmt) + SPAN.findall(rules) if x.strip())
 
 
 def exempt(skill=None, inputs: list[str] = ()) -> Exempt:
@@ -98,32 +114,35 @@ def exempt(skill=None, inputs: list[str] = ()) -> Exempt:
         common |= {w for w, n in counts.items() if COMMON_SHARE * n >= len(distinct)}
     if skill is None:
         return Exempt(common=frozenset(common))
-    common |= supplied(skill.body)
-    common = frozenset(common)
-    md = [line.strip().lstrip("-*> ").strip() for line in skill.body.split("\n")]
-    lines = frozenset(line for line in md if line)
-    skeletons = {skeleton(line, frozenset(), common)[0] for line in lines}
+    common = frozenset(common | supplied(skill.body))
+    own: dict[str, set[str]] = {}
     seen: dict[str, str] = {}
+    shared = set()
     for task in skill.tasks:
         if task.reference:
             words = supplied(task.input)
-            for line in set(task.reference.split("\n")):
+            for line in task.reference.split("\n"):
                 skel = skeleton(line, words, common)[0]
+                own.setdefault(task.input, set()).add(skel)
                 if seen.setdefault(skel, task.input) != task.input:
-                    skeletons.add(skel)
-    return Exempt(lines, frozenset(skeletons), common)
+                    shared.add(skel)
+    return Exempt(prescribed(skill), own, frozenset(shared), common)
 
 
-def _weights(output: str, words: frozenset[str], ex: Exempt) -> dict[str, int]:
-    """The output's distinct skeleton lines that could be charged, with their literal letters."""
-    out = {}
+def _skeletons(output: str, task: str, ex: Exempt) -> dict[str, int | None]:
+    """The output's distinct skeleton lines of MIN_LETTERS or more literal letters: skeleton -> its letters when
+    it could be charged, None when it is right here (a prescribed line, a skeleton of the task's own reference,
+    or without a reference one two references share). A right line still counts as seen for the other tasks."""
+    words, right = supplied(task), ex.own.get(task, ex.shared)
+    out: dict[str, int | None] = {}
     for line in output.split("\n"):
         bare = line.strip()
-        if not bare or bare in ex.lines or bare.lstrip("-*> ").strip() in ex.lines:
+        if not bare:
             continue
         skel, letters = skeleton(bare, words, ex.common)
-        if letters >= MIN_LETTERS and skel not in ex.skeletons:
-            out[skel] = letters
+        if letters >= MIN_LETTERS:
+            free = bare in ex.lines or bare.lstrip("-*> ").strip() in ex.lines or skel in right
+            out[skel] = None if free or out.get(skel, 0) is None else letters
     return out
 
 
@@ -132,19 +151,20 @@ def shares(items: list[tuple[str, str]], skill=None) -> list[float]:
     ex = exempt(skill, [task for task, _ in items])
     whole: dict[str, set[str]] = {}
     where: dict[str, set[str]] = {}
-    weights = []
+    found = []
     for task, output in items:
         whole.setdefault(output.strip(), set()).add(task)
-        w = _weights(output, supplied(task), ex) if len(output.strip()) >= MIN_OUTPUT else {}
-        weights.append(w)
-        for skel in w:
+        lines = _skeletons(output, task, ex) if len(output.strip()) >= MIN_OUTPUT else {}
+        found.append(lines)
+        for skel in lines:
             where.setdefault(skel, set()).add(task)
     out = []
-    for (task, output), w in zip(items, weights):
-        if len(output.strip()) >= MIN_OUTPUT and len(whole[output.strip()]) > 1 and w:
-            out.append(1.0)
+    for (task, output), lines in zip(items, found):
+        charged = {skel: n for skel, n in lines.items() if n is not None and len(where[skel]) > 1}
+        if charged and len(whole[output.strip()]) > 1:
+            out.append(1.0)  # another task's output verbatim, and not because it is right
             continue
-        out.append(min(1.0, sum(n for skel, n in w.items() if len(where[skel]) > 1) / FULL_LETTERS))
+        out.append(min(1.0, sum(charged.values()) / FULL_LETTERS))
     return out
 
 

@@ -283,7 +283,7 @@ def _grounding(subject: str, scope: str, diff: str) -> bool | None:
     return any(diffs.found(w, vocabulary) for w in words) and not _names_only(subject, diff)
 
 
-@check("correctness", key=True, covers=0.25)
+@check("correctness", key=True, covers=0.35)
 def type_right(output: str, task) -> bool | None:
     """The type is the expected one or an accepted alternative."""
     if task.expect is None:
