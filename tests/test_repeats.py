@@ -46,6 +46,9 @@ def test_adding_unique_text_never_dilutes_the_penalty():
 
 def test_short_answers_and_one_tasks_rollouts_are_never_charged():
     assert repeats.shares([(DATES, "approve"), (RETRY, "approve")]) == [0.0, 0.0]  # a verdict, right for both
+    review = load_skill(ROOT / "skills" / "code-review")  # `<approve | request-changes>` in its template
+    assert repeats.shares([(DATES, "request-changes"), (RETRY, "request-changes")], review) == [0.0, 0.0]
+    assert repeats.shares([(DATES, "chore: bump deps"), (RETRY, "chore: bump deps")]) == [1.0, 1.0]  # 10 letters
     same = "fix: one answer for every task whatever it is"
     assert repeats.shares([(DATES, same), (DATES, same)]) == [0.0, 0.0]
     assert repeats.shares([(DATES, same), (RETRY, same)]) == [1.0, 1.0]
