@@ -162,10 +162,10 @@ def shares(items: list[tuple[str, str]], skill=None) -> list[float]:
             where.setdefault(skel, set()).add(task)
     out = []
     for (task, output), lines in zip(items, found):
-        charged = {skel: n for skel, n in lines.items() if n is not None and len(where[skel]) > 1}
-        if charged and len(whole[output.strip()]) > 1:
-            out.append(1.0)  # another task's output verbatim, and not because it is right
+        if len(whole[output.strip()]) > 1 and any(n is not None for n in lines.values()):
+            out.append(1.0)  # another task's output verbatim, and not because it is right for this one
             continue
+        charged = {skel: n for skel, n in lines.items() if n is not None and len(where[skel]) > 1}
         out.append(min(1.0, sum(charged.values()) / FULL_LETTERS))
     return out
 
