@@ -21,7 +21,8 @@ for a different task has it too, and it weighs its literal letters (those outsid
 The penalty is the repeated skeleton itself, not its share of the output, so adding unique text never dilutes
 it: an output that adds false findings to a repeated one is charged at least as much. What is the same because it
 is right is never charged: an output or line of under MIN_LETTERS letters of its own (a label, a verdict,
-"add § to the §"), a line the SKILL.md prescribes (its Output Format's lines, its placeholders' alternatives
+"add § to the §"), a line of structure (a heading of up to three words, a label line, a trailer such as
+`Signed-off-by:`), a line the SKILL.md prescribes (its Output Format's lines, its placeholders' alternatives
 and the code spans of it and of its Rules: a footer, a template heading, a verdict; not its examples, which
 copied into every answer are the constant answer), a skeleton of the task's own reference, and for a task
 without a reference a skeleton two references to different tasks share (a section heading, "docs: fix typo
@@ -37,6 +38,11 @@ from functools import lru_cache
 from skill_rl.scoring.diffs import FILLER, NAMEISH
 
 MIN_LETTERS = 10  # literal letters: a shorter output or line (a label, a verdict; "add § to the §") is not charged
+# Lines that are structure, not content: a short heading (`## Validation`), a label line (`Root cause:`), a trailer
+# (`Co-authored-by: A Person <a@example.com>`, `Assisted-by: Claude Opus`: a name or up to six words, not a
+# sentence of boilerplate in a trailer's clothes). They repeat between honest answers and pay for nothing.
+STRUCTURE = re.compile(r"^(#{1,6} +\S+(?: +\S+){0,2}|\S+(?: +\S+)? *:"
+                       r"|[A-Za-z]+(?:-[A-Za-z]+)+: (?:\S+(?: \S+){0,5}|.*<[^<>@\s]+@[^<>\s]+>))$")  # a trailer: a name
 FULL_LETTERS = 40  # literal letters of repeated skeleton that cost the whole reward
 COMMON_SHARE = 3  # a word in one in three or more of the step's inputs is the template's, not the task's
 MASK = "§"
@@ -69,7 +75,7 @@ def skeleton(line: str, words: frozenset[str], common: frozenset[str] = frozense
     """(the line's skeleton, its literal letters): the task's words masked (module docstring)."""
     parts = []
     for token in TOKEN.findall(line.strip()):
-        if token[0].isalnum() or token[0] in "`_$@#":
+        if token[0] == "`" or any(c.isalnum() for c in token):  # `/Users/x/deno5` is a word, `--` is not
             parts.append(MASK if _masked(token, words, common) else token.lower())
         else:
             parts.append(token)
@@ -139,7 +145,7 @@ def _skeletons(output: str, task: str, ex: Exempt) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for line in output.split("\n"):
         bare = line.strip()
-        if not bare:
+        if not bare or STRUCTURE.match(bare):
             continue
         skel, letters = skeleton(bare, words, ex.common)
         if letters >= MIN_LETTERS:
