@@ -23,6 +23,9 @@ and for a skill's exploits.py (degenerate policies its reward must not pay for; 
         "What the policy writes for this task; None where it does not apply."
         return "chore: update code"
 
+    @exploit("a template filled with each diff's names", step=True)  # a per-task family: the step contract
+    def template(ctx, task: Task) -> str | None: ...
+
 All are loaded on first use, so importing any skill_rl module stays as light as it was.
 """
 

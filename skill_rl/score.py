@@ -82,7 +82,8 @@ def record(line: int, index: int, task_id: str | None, score, ident: dict) -> di
     return {
         **ident, "line": line, "index": index, "task_id": task_id,
         "format": score.format, "procedure": score.procedure, "correctness": score.correctness,
-        "reward": round(score.reward, 6), "repeated": round(score.repeated, 6), "checks": dict(score.checks), "check_errors": dict(score.check_errors),
+        "reward": round(score.reward, 6), "repeated": round(score.repeated, 6), "cut": round(score.cut, 6),
+        "checks": dict(score.checks), "check_errors": dict(score.check_errors),
         "judge": score.judge, "judged": score.judged,
     }
 

@@ -4,6 +4,8 @@ masked is paid for nowhere, and what is the same because it is right is never ch
 import json
 from pathlib import Path
 
+import pytest
+
 from train_skill import main
 from skill_rl.scoring import repeats
 from skill_rl.scoring.rubric import score_offline
@@ -46,6 +48,9 @@ def test_adding_unique_text_never_dilutes_the_penalty():
 
 def test_short_answers_and_one_tasks_rollouts_are_never_charged():
     assert repeats.shares([(DATES, "approve"), (RETRY, "approve")]) == [0.0, 0.0]  # a verdict, right for both
+    review = load_skill(ROOT / "skills" / "code-review")  # `<approve | request-changes>` in its template
+    assert repeats.shares([(DATES, "request-changes"), (RETRY, "request-changes")], review) == [0.0, 0.0]
+    assert repeats.shares([(DATES, "chore: bump deps"), (RETRY, "chore: bump deps")]) == [1.0, 1.0]  # 10 letters
     same = "fix: one answer for every task whatever it is"
     assert repeats.shares([(DATES, same), (DATES, same)]) == [0.0, 0.0]
     assert repeats.shares([(DATES, same), (RETRY, same)]) == [1.0, 1.0]
@@ -150,3 +155,24 @@ def test_an_example_of_the_skill_md_copied_for_every_task_is_the_constant_answer
     example = "fix(cli): exit with status 2 when the config file is missing"  # SKILL.md's Examples section
     assert example in skill.body
     assert repeats.shares([(DATES, example), (RETRY, example)], skill) == [1.0, 1.0]
+
+
+def test_the_step_pass_rarely_charges_human_messages_given_as_a_policys_answers():
+    """Real commit messages, scored in steps of 8 as a policy's outputs with no reference to vouch for them: what
+    two humans write alike by chance (a heading, a trailer) is structure, never charged; what is charged is text
+    two commits share (a squashed body pasted twice, a templated "docs: add community plugin §")."""
+    from skill_rl.scoring import exploits
+
+    skill = load_skill(ROOT / "skills" / "git-commit", with_tasks=False)
+    for name in ("git-commit-semantic-release", "git-commit-deno"):
+        charged, scored = exploits.honest_charges(exploits.load_real(skill, [ROOT / "tests" / "data" / f"{name}.jsonl"]))
+        assert scored == 400 and charged <= 0.05 * scored, (name, charged)
+
+
+def test_structure_repeats_between_honest_answers_and_boilerplate_in_a_trailers_clothes_does_not_pass_for_it():
+    shared = "## Validation\n\nRoot cause:\n\nSigned-off-by: A Person <a@example.com>"
+    honest = [(DATES, f"fix: accept a format in parse_date\n\n{shared}"),
+              (RETRY, f"feat: back off before retrying a request\n\n{shared}")]
+    assert repeats.shares(honest) == [0.0, 0.0]
+    smuggled = "Quality-Note: this change improves the overall quality and maintainability of the code"
+    assert min(repeats.shares([(DATES, f"fix: parse dates\n\n{smuggled}"), (RETRY, f"feat: add retries\n\n{smuggled}")])) == 1.0

@@ -33,7 +33,7 @@ def test_score_offline_writes_one_record_per_output_and_reports_bad_lines(tmp_pa
     assert sorted((r["line"], r["index"]) for r in records) == [(1, 0), (1, 1), (3, 0)]
     by_pos = {(r["line"], r["index"]): r for r in records}
     assert set(by_pos[(1, 0)]) == {"skill", "source", "line", "index", "task_id", "format", "procedure", "correctness", "reward",
-                                   "repeated", "checks", "check_errors", "judge", "judged"}
+                                   "repeated", "cut", "checks", "check_errors", "judge", "judged"}
     assert by_pos[(1, 0)]["checks"]["conventional"] is True and by_pos[(1, 1)]["format"] == 0.0
     assert by_pos[(1, 0)]["procedure"] is None and by_pos[(1, 0)]["judge"] is None  # offline: not judged
     assert by_pos[(1, 0)]["reward"] > by_pos[(1, 1)]["reward"]

@@ -61,22 +61,24 @@ def _hard_format(fns: list[Callable], results) -> bool:
     return all(passes(results.get(fn.__name__)) for fn in fns if fn.gate and results.get(fn.__name__) is not None)
 
 
-def calibrate(skill: Skill, tasks: list[Task] | None = None) -> Calibration:
+def calibrate(skill: Skill, tasks: list[Task] | None = None, extra: list[Callable] = ()) -> Calibration:
     """Each check's pass rate on the references of `tasks` (default: the skill's) that keep the hard format, and
-    their checks-only rewards. Scored within the skill's task set (its background, checks.py `task_inputs`)."""
+    their checks-only rewards. Scored within the skill's task set (its background, checks.py `task_inputs`).
+    `extra`: checks the skill does not use (derived ones it opted out of), measured beside but not in the reward."""
     fns = skill_checks(skill)
-    out = Calibration(checks={fn.__name__: CheckRate(fn.__name__, getattr(fn, "kind", "fact")) for fn in fns})
+    every = fns + [fn for fn in extra if fn.__name__ not in {f.__name__ for f in fns}]
+    out = Calibration(checks={fn.__name__: CheckRate(fn.__name__, getattr(fn, "kind", "fact")) for fn in every})
     with scoring(skill):
         for task in tasks if tasks is not None else skill.tasks:
             if not task.reference:
                 continue
             out.tasks += 1
-            results = run_checks(fns, task.reference, task)
+            results = run_checks(every, task.reference, task)
             if not _hard_format(fns, results):
                 continue
             out.kept += 1
             out.rewards.append(combine(skill, fns, results).reward)
-            for fn in fns:
+            for fn in every:
                 value, rate = results.get(fn.__name__), out.checks[fn.__name__]
                 if value is None:
                     continue

@@ -20,11 +20,13 @@ for a different task has it too, and it weighs its literal letters (those outsid
 
 The penalty is the repeated skeleton itself, not its share of the output, so adding unique text never dilutes
 it: an output that adds false findings to a repeated one is charged at least as much. What is the same because it
-is right is never charged: an output shorter than MIN_OUTPUT characters (a label, a verdict), a line the SKILL.md
-prescribes (its Output Format's lines and the code spans of it and of its Rules: a footer, a heading of its
-template; not its examples, which copied into every answer are the constant answer), a skeleton of the task's
-own reference, and for a task without a reference a skeleton two references to different tasks share (a section
-heading, "docs: fix typo in §"). Outputs for the same task (a group's rollouts) never count against each other.
+is right is never charged: an output or line of under MIN_LETTERS letters of its own (a label, a verdict,
+"add § to the §"), a line of structure (a heading of up to three words, a label line, a trailer such as
+`Signed-off-by:`), a line the SKILL.md prescribes (its Output Format's lines, its placeholders' alternatives
+and the code spans of it and of its Rules: a footer, a template heading, a verdict; not its examples, which
+copied into every answer are the constant answer), a skeleton of the task's own reference, and for a task
+without a reference a skeleton two references to different tasks share (a section heading, "docs: fix typo
+in §"). Outputs for the same task (a group's rollouts) never count against each other.
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ from functools import lru_cache
 
 from skill_rl.scoring.diffs import FILLER, NAMEISH
 
-MIN_OUTPUT = 20  # characters: a shorter output (a label, a verdict) is the same for two tasks because it is right
-MIN_LETTERS = 10  # literal letters: a skeleton line with fewer is mostly the task's words ("add § to the §")
+MIN_LETTERS = 10  # literal letters: a shorter output or line (a label, a verdict; "add § to the §") is not charged
+# Lines that are structure, not content: a short heading (`## Validation`), a label line (`Root cause:`), a trailer
+# (`Co-authored-by: A Person <a@example.com>`, `Assisted-by: Claude Opus`: a name or up to six words, not a
+# sentence of boilerplate in a trailer's clothes). They repeat between honest answers and pay for nothing.
+STRUCTURE = re.compile(r"^(#{1,6} +\S+(?: +\S+){0,2}|\S+(?: +\S+)? *:"
+                       r"|[A-Za-z]+(?:-[A-Za-z]+)+: (?:\S+(?: \S+){0,5}|.*<[^<>@\s]+@[^<>\s]+>))$")  # a trailer: a name
 FULL_LETTERS = 40  # literal letters of repeated skeleton that cost the whole reward
 COMMON_SHARE = 3  # a word in one in three or more of the step's inputs is the template's, not the task's
 MASK = "§"
@@ -69,7 +75,7 @@ def skeleton(line: str, words: frozenset[str], common: frozenset[str] = frozense
     """(the line's skeleton, its literal letters): the task's words masked (module docstring)."""
     parts = []
     for token in TOKEN.findall(line.strip()):
-        if token[0].isalnum() or token[0] in "`_$@#":
+        if token[0] == "`" or any(c.isalnum() for c in token):  # `/Users/x/deno5` is a word, `--` is not
             parts.append(MASK if _masked(token, words, common) else token.lower())
         else:
             parts.append(token)
@@ -90,16 +96,18 @@ class Exempt:
 
 
 SPAN = re.compile(r"`([^`\n]+)`")
+CHOICES = re.compile(r"<([^<>\n]*\|[^<>\n]*)>")  # a template placeholder of alternatives, `<approve | request-changes>`
 
 
 def prescribed(skill) -> frozenset[str]:
-    """The lines SKILL.md prescribes for an output: its Output Format section's lines (the template included) and
-    the code spans of that section and of its Rules. Not its examples: an example copied into every answer is
+    """The lines SKILL.md prescribes for an output: its Output Format section's lines (the template included), the
+    alternatives of its placeholders (`<approve | request-changes>`) and the code spans of it and of its Rules. Not its examples: an example copied into every answer is
     the constant answer, not a prescribed line."""
     fmt = skill.sections["output format"].text if "output format" in skill.sections else ""
     rules = "\n".join(skill.rules)
     lines = [line.strip().lstrip("-*> ").strip() for line in fmt.split("\n")]
-    return frozenset(x for x in lines + SPAN.findall(fmt) + SPAN.findall(rules) if x.strip())
+    choices = [c.strip() for group in CHOICES.findall(fmt) for c in group.split("|")]
+    return frozenset(x for x in lines + choices + SPAN.findall(fmt) + SPAN.findall(rules) if x.strip())
 
 
 def exempt(skill=None, inputs: list[str] = ()) -> Exempt:
@@ -137,7 +145,7 @@ def _skeletons(output: str, task: str, ex: Exempt) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for line in output.split("\n"):
         bare = line.strip()
-        if not bare:
+        if not bare or STRUCTURE.match(bare):
             continue
         skel, letters = skeleton(bare, words, ex.common)
         if letters >= MIN_LETTERS:
@@ -154,16 +162,16 @@ def shares(items: list[tuple[str, str]], skill=None) -> list[float]:
     found = []
     for task, output in items:
         whole.setdefault(output.strip(), set()).add(task)
-        lines = _skeletons(output, task, ex) if len(output.strip()) >= MIN_OUTPUT else {}
+        lines = _skeletons(output, task, ex)
         found.append(lines)
         for skel in lines:
             where.setdefault(skel, set()).add(task)
     out = []
     for (task, output), lines in zip(items, found):
-        charged = {skel: n for skel, n in lines.items() if n is not None and len(where[skel]) > 1}
-        if charged and len(whole[output.strip()]) > 1:
-            out.append(1.0)  # another task's output verbatim, and not because it is right
+        if len(whole[output.strip()]) > 1 and any(n is not None for n in lines.values()):
+            out.append(1.0)  # another task's output verbatim, and not because it is right for this one
             continue
+        charged = {skel: n for skel, n in lines.items() if n is not None and len(where[skel]) > 1}
         out.append(min(1.0, sum(charged.values()) / FULL_LETTERS))
     return out
 
