@@ -107,6 +107,7 @@ def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp
     assert steps == {2.0}, "the second run's optimizer did not continue from the first run's checkpoint"
 
     server = cpu.serve_checkpoint(run_dir)
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)  # the server answers only its own key
     try:
         assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none",
                                  "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
@@ -208,7 +209,7 @@ def test_the_server_returns_the_token_ids_and_logprobs_art_trains_on(tmp_path):
 
     server = cpu.serve_checkpoint(None)
     try:
-        client = OpenAI(base_url=server.url, api_key="none")
+        client = OpenAI(base_url=server.url, api_key=server.api_key)
         reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}],
                                                max_tokens=6, temperature=1.0, n=2)
         with pytest.raises(Exception, match="not served here"):
@@ -230,3 +231,61 @@ def test_a_base_model_that_is_not_on_this_machine_exits_2_before_loading(tmp_pat
     code = train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu",
                              "--judge", "none", "--base-model", "Qwen/Qwen2.5-3B-Instruct"])
     assert code == 2 and "loads local weights only" in capsys.readouterr().err
+
+
+def test_the_served_policy_decodes_concurrent_requests_in_one_batch():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    server = cpu.Server(policy, {"base": False}, window_s=600)  # a batch starts when full (GEN_BATCH), not on a timer
+    client = OpenAI(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=600)
+    words = [f"word{i}" for i in range(cpu.GEN_BATCH)]
+    try:
+        with ThreadPoolExecutor(cpu.GEN_BATCH) as pool:
+            replies = list(pool.map(lambda w: client.chat.completions.create(
+                model="base", messages=[{"role": "user", "content": f"Repeat: {w}"}], max_tokens=4, temperature=0), words))
+    finally:
+        server.close()
+    assert server.batches == 1 and len(replies) == cpu.GEN_BATCH
+    assert all(1 <= r.usage.completion_tokens <= 4 for r in replies)
+
+
+def test_python_m_skill_rl_cpu_serves_with_its_key_and_a_client_hanging_up_prints_nothing(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from openai import OpenAI
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "skill_rl.cpu", "--port", str(port)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("serving base at"), first + proc.stderr.read()
+        key_file = tmp_path / ".art" / f"cpu-server-{port}.key"
+        key = key_file.read_text()
+        assert key_file.stat().st_mode & 0o777 == 0o600 and key not in first + proc.stdout.readline()
+        body = json.dumps({"model": "base", "messages": [{"role": "user", "content": "Count to a thousand."}],
+                           "max_tokens": 1500}).encode()
+        for _ in range(3):  # clients that hang up while their answers are decoded
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=300)
+        reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
+        assert reply.choices[0].message.content is not None
+        with pytest.raises(Exception, match="401"):
+            OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-guess", max_retries=0).models.list()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert not key_file.exists()

@@ -1,14 +1,20 @@
 """`python -m skill_rl.cpu --checkpoint <run dir>[/checkpoints/NNNN]`: serve a checkpoint for --eval.
+
+The server answers only requests that carry its key, a random token made at start and written, readable by
+the user alone, to `.art/cpu-server-<port>.key` (removed when the server stops); the printed --eval command
+reads it from there into OPENAI_API_KEY, so the key itself is never printed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from pathlib import Path
 
 from skill_rl import flags
 from skill_rl.errors import Exit
+from skill_rl.skills import atomic_write
 from skill_rl.cpu.weights import TINY_MODEL, quiet_threads
 from skill_rl.cpu.backend import serve_checkpoint
 
@@ -30,13 +36,25 @@ def main(argv=None) -> int:
     except OSError as e:  # the port is taken
         print(f"error: cannot listen on 127.0.0.1:{args.port}: {e}", file=sys.stderr)
         return 2
+    key_file = Path(".art") / f"cpu-server-{args.port}.key"
+    try:
+        key_file.parent.mkdir(exist_ok=True)
+        atomic_write(key_file, server.api_key.encode(), private=True)  # bytes: written as they are, not redacted
+    except OSError as e:
+        server.close()
+        print(f"error: cannot write the server's key to {key_file}: {e.strerror or e}", file=sys.stderr)
+        return 2
     models = " ".join(f"--model {n}@{server.url}" for n in server.names)
-    print(f"serving {', '.join(server.names)} at {server.url}; compare them with\n"
-          f"  python train_skill.py --skill SKILL --eval {models} --judge none\nCtrl-C stops", flush=True)
+    print(f"serving {', '.join(server.names)} at {server.url}, to requests that carry the key in {key_file}; "
+          f"compare them with\n  OPENAI_API_KEY=\"$(cat {key_file})\" python train_skill.py --skill SKILL --eval {models} "
+          "--judge none\nCtrl-C stops", flush=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         server.close()
+    finally:
+        with contextlib.suppress(OSError):
+            key_file.unlink()
     return 0
 
 

@@ -26,6 +26,21 @@ class Sample:
     finished: bool  # ended with an end-of-turn token, not at max_tokens
 
 
+def _rows_stopped(abandoned):
+    """transformers' stopping criteria for the rows `abandoned()` marks (none without it): a row marked stops
+    decoding, and the batch ends once every row has stopped or finished."""
+    if abandoned is None:
+        return None
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Abandoned(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.tensor(abandoned(), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Abandoned()])
+
+
 class Policy:
     """A base model with LoRA adapters; one lock orders sampling, training and checkpoint loads."""
 
@@ -63,13 +78,14 @@ class Policy:
         return list(ids)
 
     def generate_many(self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int,
-                      adapter: bool) -> list[Sample]:
+                      adapter: bool, abandoned=None) -> list[Sample]:
         """Completions of several prompts ((prompt, how many) each), decoded together as one batch.
 
         Each prompt's prefix is computed once and repeated for its rows; the prefixes are left-padded to one
         length (the padding masked out) so that every decoding step runs all rows at once: a step of 4 groups
         decodes max_tokens times, not 4 x max_tokens times. Samples come back in the order asked; logprobs are of
-        the unscaled (temperature 1) policy."""
+        the unscaled (temperature 1) policy. `abandoned`, a function giving one bool per row, stops decoding the rows
+        it marks (a served request whose client hung up); what those rows hold is not to be used."""
         import torch
 
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {"do_sample": False}
@@ -82,7 +98,8 @@ class Policy:
             cache = self._batch_cache([(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], width + max_tokens)
             out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=max_tokens,
                                       eos_token_id=sorted(self.stop_ids), pad_token_id=self.tokenizer.pad_token_id,
-                                      output_logits=True, return_dict_in_generate=True, **sampling)
+                                      output_logits=True, return_dict_in_generate=True,
+                                      stopping_criteria=_rows_stopped(abandoned), **sampling)
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [rows, new tokens, vocab]
         samples = []
         for i, prompt in enumerate(rows):
