@@ -62,3 +62,18 @@ def test_passwords_of_urls_in_flags_and_the_environment_are_collected_as_secrets
         assert keys.redact("the server said: bad password flag-password-456") == "the server said: bad password ***"
     finally:
         keys.collect()
+
+
+def test_eval_records_an_endpoint_without_its_password_and_resumes_them(tmp_path, capsys):
+    from openai_server import FakeOpenAI
+
+    out = tmp_path / "eval"
+    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
+        url = server.url.replace("http://", f"http://me:{PASSWORD}-long-enough@")
+        argv = ["--skill", "git-commit", "--eval", "--model", f"a=m@{url}", "--judge", "none", "--limit", "2", "--out", str(out)]
+        assert train_skill.main(argv) == 0
+        assert train_skill.main([*argv, "--resume"]) == 0, capsys.readouterr().err
+        assert len(server.requests) == 2  # the resumed run found its records its own: nothing asked again
+    printed = "".join(capsys.readouterr())
+    for text in [printed, *(p.read_text() for p in out.iterdir() if p.suffix in (".json", ".jsonl", ".md"))]:
+        assert f":{PASSWORD}" not in text
