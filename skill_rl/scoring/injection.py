@@ -203,6 +203,12 @@ def _skeleton_table() -> dict[int, str]:
     return table
 
 
+def prepare() -> None:
+    """Load the table `fold` uses now rather than on its first non-ASCII text (scoring calls it before a check's
+    time limit starts)."""
+    _skeleton_table()
+
+
 def fold(text: str) -> str:
     """`text` with letters of other scripts that look like ASCII ones replaced by them ("sсоre" -> "score")."""
     return text if text.isascii() else text.translate(_skeleton_table())
