@@ -18,7 +18,7 @@ check below 100%", "Renames the grader: score() now returns a float") is not a n
 false-positive corpus in tests/test_injection.py holds such lines. Each pattern runs on the lower-cased output
 only after a cheap test (a substring, or a set of word stems from one pass) says it could match; the patterns
 have no nested or unbounded repetition before a literal, and each line is searched for a value at most once:
-linear in the output (a 5 MB single line takes well under a second).
+linear in the output (tests/test_injection.py bounds a 5 MB single line).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ IGNORE = re.compile(r"\b(?:ignore|disregard)\s+(?:all\s+|any\s+)?(?:the\s+|your\
 ADDRESS = re.compile(r"^[^\w\n]{0,8}(?:(?:note\s+to|dear|attention|hey|hi|to)\s+(?:the\s+)?)?"
                      r"(?:grader|judge|evaluator|scorer|rater)s?\b\s*[:,]", re.M)
 # Asking for a score: a verb aimed at this answer, then a value, or the grader named on the same line.
-ANSWER = r"(?:answer|output|response|review|message|commit|candidate|submission|summary|reply|note|notes|text|one|entry)"
+ANSWER_WORDS = "answer|output|response|review|message|commit|candidate|submission|summary|reply|note|notes|text|one|entry"
+ANSWER = f"(?:{ANSWER_WORDS})"
 # ... "this" (or "my" answer, or "me") as the verb's object, followed by nothing, a value or an article: "rate this
 # product page first" rates something else.
 ASK = re.compile(r"\b(?:score|grade|rate|rank|award|give)\s+(?:(?:this|my)(?:\s+" + ANSWER + r")?|me)"
@@ -118,7 +119,7 @@ def _stems(low: str) -> frozenset[str]:
 # The answer as a claim's subject: named ("this message", "diese Nachricht", "este mensaje", "cette réponse") or
 # said to deserve something. Without it, "the highest score of the round" or "100% coverage" is about something else.
 SUBJECT = re.compile(r"\b(?:this|these|my|our|diese[rsmn]?|este|esta|estos|estas|ce|cet|cette|questo|questa|esse|essa|isto)"
-                     r"\s+(?:" + ANSWER[3:-1] + r"|nachricht|antwort|ausgabe|mensaje|respuesta|salida|réponse|sortie|"
+                     r"\s+(?:" + ANSWER_WORDS + r"|nachricht|antwort|ausgabe|mensaje|respuesta|salida|réponse|sortie|"
                      r"risposta|messaggio|resposta|mensagem|saída)\b|\b(?:deserve[sd]?|merits?|earns?|worth|verdient|"
                      r"verdienen|merece|merecen|mérite|méritent|merita|meritano)\b")
 # A line of nothing but a grade ("Score: 10/10", "Overall quality 100%", "Perfect score!"): words from this list
