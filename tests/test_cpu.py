@@ -289,3 +289,25 @@ def test_python_m_skill_rl_cpu_serves_with_its_key_and_a_client_hanging_up_print
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "Traceback" not in err and "GGUF tensors" not in err, err  # nor a bar in a pipe
     assert not key_file.exists()
+
+
+def test_prompts_decoded_together_compute_their_shared_start_once_with_the_same_answers(monkeypatch):
+    """Two tasks under one SKILL.md, decoded together: their common start (the system prompt) is computed once and
+    each task's rest after it; greedy, in float32, each answer is the one decoded alone, with the same logprobs."""
+    from skill_rl.cpu import policy as policy_module
+
+    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    system = {"role": "system", "content": (Path(__file__).resolve().parent.parent / "skills/git-commit/SKILL.md").read_text()}
+    prompts = [policy.prompt_ids([system, {"role": "user", "content": f"diff --git a/{n}.py b/{n}.py\n+LIMIT = {i}\n"}])
+               for i, n in enumerate(("app", "limits"))]
+    calls = []
+    original = policy.prefix_cache
+    monkeypatch.setattr(policy, "prefix_cache", lambda prefix, n: calls.append(prefix.shape[1]) or original(prefix, n))
+    together = policy.generate_many([(p, 1) for p in prompts], 0.0, 6, False)
+    shared = calls[0]
+    assert len(calls) == 1 and policy_module.SHARED_MIN <= shared < min(map(len, prompts)) - 1  # the common start, once
+    alone = [policy.generate_many([(p, 1)], 0.0, 6, False)[0] for p in prompts]
+    for a, b in zip(together, alone):
+        assert a.token_ids == b.token_ids
+        assert all(abs(x - y) < 1e-3 for x, y in zip(a.logprobs, b.logprobs))

@@ -41,6 +41,9 @@ def _rows_stopped(abandoned):
     return StoppingCriteriaList([Abandoned()])
 
 
+SHARED_MIN = 32  # tokens that prompts decoded together must share before their common start is computed once
+
+
 class Policy:
     """A base model with LoRA adapters; one lock orders sampling, training and checkpoint loads."""
 
@@ -118,13 +121,35 @@ class Policy:
         import torch
         from transformers import StaticCache
 
-        caches = [(self.prefix_cache(prefix, 1), n, pad) for prefix, n, pad in parts]
+        shared = self._shared_prefix([prefix for prefix, _, _ in parts])
+        caches = [(self._prefix_after(shared, prefix), n, pad) for prefix, n, pad in parts]
         static = StaticCache(config=self.model.config, max_cache_len=size)
         for i in range(len(caches[0][0].layers)):  # no layers: every prompt is one token, nothing to prefill
             padded = [[torch.nn.functional.pad(t, (0, 0, pad, 0)).expand(n, -1, -1, -1)
                        for t in (cache.layers[i].keys, cache.layers[i].values)] for cache, n, pad in caches]
             static.update(torch.cat([k for k, _ in padded]), torch.cat([v for _, v in padded]), i)
         return static
+
+    def _shared_prefix(self, prefixes) -> tuple[int, object] | None:
+        """(length, KV cache) of the tokens every prefix ([1, length] each) begins with, computed once, when there are
+        several and they share at least SHARED_MIN tokens (SKILL.md, the system prompt of every task); else None."""
+        if len(prefixes) < 2:
+            return None
+        first, length = prefixes[0][0], min(p.shape[1] for p in prefixes)
+        for p in prefixes[1:]:
+            differ = (p[0, :length] != first[:length]).nonzero()
+            length = int(differ[0]) if len(differ) else length
+        return (length, self.prefix_cache(prefixes[0][:, :length], 1)) if length >= SHARED_MIN else None
+
+    def _prefix_after(self, shared, prefix):
+        """The KV cache of `prefix` ([1, length]): the shared part's, forked, with the rest run after it."""
+        if shared is None:
+            return self.prefix_cache(prefix, 1)
+        length, cache = shared
+        own = self.fork(cache)
+        if prefix.shape[1] > length:
+            self.model(input_ids=prefix[:, length:], past_key_values=own, use_cache=True, logits_to_keep=1)
+        return own
 
     def prefix_cache(self, prefix, n: int):
         """The KV cache of `prefix` ([1, length]) computed once, repeated for `n` rows (with gradients when enabled)."""
