@@ -196,7 +196,7 @@ def main(argv=None) -> int:
         return e.code
     loopback_without_proxy()  # the process's own endpoints on 127.0.0.1 never go through a proxy
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
-    keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")))
+    keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")), *keys.url_passwords(vars(args).values()))
     if argv is None:  # the command itself (script, -m, console script): redact until the process ends
         keys.redact_process_output()
         if not progress.shown(args.quiet):  # other libraries' tqdm bars too (loading GGUF weights), as ours and ART's

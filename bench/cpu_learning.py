@@ -141,7 +141,7 @@ def main() -> int:
     try:
         with contextlib.chdir(work):
             train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none", "--limit", str(a.val_tasks),
-                              "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
+                              "--model", f"base@{server.url}", "--model", f"trained@{server.url}", "--api-key", server.api_key,
                               "--max-tokens", str(a.max_tokens), "--out", str(work / "eval")])
     finally:
         server.close()

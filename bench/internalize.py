@@ -128,7 +128,7 @@ def main() -> int:
         with contextlib.chdir(work):
             eval_code = train_skill.main([
                 "--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none", "--limit", str(a.eval_tasks),
-                "--baseline", "--without-skill", a.without_skill, "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
+                "--baseline", "--without-skill", a.without_skill, "--model", f"base@{server.url}", "--model", f"trained@{server.url}", "--api-key", server.api_key,
                 "--max-tokens", str(cpu.DEFAULTS["max_tokens"]), "--out", str(work / "eval")])
     finally:
         server.close()

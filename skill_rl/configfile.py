@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -22,7 +24,14 @@ import yaml
 from skill_rl.errors import Exit
 
 NAME = "config.yaml"  # beside a training run's records
-COMMANDS = ("config", "help", "list", "init", "check", "score", "eval", "tasks_from_git")  # the command line's to pick
+MAX_BYTES = 1024 * 1024  # a config file holds a few dozen settings; anything near this is not one
+# Flags that choose what the command does (pick a command, export, upload, overwrite, which checkpoint leaves):
+# the command line's alone, so that a file, which is data, never turns a replay into another command.
+COMMANDS = ("config", "help", "list", "init", "check", "score", "eval", "tasks_from_git",
+            "export", "checkpoint", "card_eval", "push_to_hub")
+# ... and flags that let a command replace or write elsewhere: accepted only as false or null (the defaults a
+# run's own config.yaml records), never set by a file.
+OUTPUTS = ("force", "out", "resume")
 
 
 def apply(parser: argparse.ArgumentParser, argv: list[str] | None, args: argparse.Namespace) -> argparse.Namespace:
@@ -47,10 +56,7 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[
 
 def read(path: Path, parser: argparse.ArgumentParser) -> dict:
     """The file's settings by dest, each converted as its flag would be; Exit(2) naming file, line and key."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise Exit(2, f"--config {path}: cannot read it ({getattr(e, 'strerror', None) or e})")
+    text = read_text(path)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -58,6 +64,8 @@ def read(path: Path, parser: argparse.ArgumentParser) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise Exit(2, f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}")
+    except RecursionError:
+        raise Exit(2, f"{path}: nested too deeply to read; a config file is a flat mapping of flag names to values") from None
     if root is None:
         return {}
     if not isinstance(root, yaml.MappingNode):
@@ -70,9 +78,9 @@ def read(path: Path, parser: argparse.ArgumentParser) -> dict:
         if not isinstance(knode, yaml.ScalarNode) or knode.tag != "tag:yaml.org,2002:str":
             raise Exit(2, f"{line}: a key is a flag's name, got {knode.value!r}")
         key, dest = knode.value, knode.value.replace("-", "_")
-        if dest in COMMANDS:
-            raise Exit(2, f"{line}: {key}: picks a command; give --{dest.replace('_', '-')} on the command line, "
-                          "not in a config file")
+        if dest in COMMANDS or dest in OUTPUTS and data[key] not in (None, False):
+            raise Exit(2, f"{line}: {key}: {'picks a command' if dest in COMMANDS else 'lets the command replace files'}"
+                          f"; give --{dest.replace('_', '-')} on the command line, not in a config file")
         if dest not in actions:
             near = difflib.get_close_matches(dest, list(actions), n=1)
             raise Exit(2, f"{line}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
@@ -82,6 +90,24 @@ def read(path: Path, parser: argparse.ArgumentParser) -> dict:
         value = data[key]
         out[dest] = None if value is None else convert(actions[dest], value, f"{line}: {key}")
     return {k: v for k, v in out.items() if v is not None}  # null: the flag's default
+
+
+def read_text(path: Path) -> str:
+    """The file's text: a regular file of at most MAX_BYTES, UTF-8; Exit(2) in one line otherwise (never a read of
+    /dev/zero or of a 3 GB file)."""
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO: opened, refused, never waited on
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise Exit(2, f"--config {path}: cannot read it (not a regular file)")
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise Exit(2, f"--config {path}: cannot read it ({e.strerror or e})") from None
+    if len(raw) > MAX_BYTES:
+        raise Exit(2, f"--config {path}: cannot read it (larger than {MAX_BYTES:,} bytes; a config file holds a run's flags)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Exit(2, f"--config {path}: cannot read it (not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start})") from None
 
 
 def convert(action: argparse.Action, value, where: str):
@@ -116,19 +142,21 @@ def dump(settings: argparse.Namespace) -> str:
     written), no command flag, nothing left unset."""
     kept = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) else v)
             for k, v in vars(settings).items()
-            if k not in COMMANDS and not k.endswith("api_key") and v is not None and v != []}
+            if k not in COMMANDS and k not in OUTPUTS and not k.endswith("api_key") and v is not None and v != []}
     return ("# the resolved settings of a training run, secrets left out (keys come from the environment);\n"
             "# `train_skill.py --config THIS_FILE` runs it again, flags given beside it win\n"
             + yaml.safe_dump(kept, sort_keys=False, allow_unicode=True))
 
 
 def write(settings: argparse.Namespace, folder: Path) -> Path | None:
-    """`<folder>/config.yaml`, replaced whole (a resumed run writes the settings it resumed with)."""
+    """`<folder>/config.yaml`, replaced whole (a resumed run writes the settings it resumed with), the user's alone
+    (0600), as the run folder is made (0700): its records hold the tasks, the outputs and the endpoints."""
     from skill_rl.skills import atomic_write
 
     path = Path(folder) / NAME
     try:
-        atomic_write(path, dump(settings))
+        os.chmod(folder, 0o700)
+        atomic_write(path, dump(settings), private=True)
     except OSError as e:  # the run itself is not at stake: said, and it goes on
         print(f"warning: {path}: the run's settings not written ({e.strerror or e}); the run goes on", file=sys.stderr)
         return None

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from skill_rl import prompts
-from skill_rl.keys import redact
+from skill_rl.keys import MASK, URL_USERINFO, redact
 from skill_rl.skills import Skill, Task
 
 SPEC = re.compile(r"^(?:(?P<label>[^=@]+)=)?(?P<id>.+?)(?:@(?P<url>https?://\S+))?$")
@@ -80,6 +80,8 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
 
 
 def spec_of(ep: Endpoint) -> str:
-    """What a record says its model was: the id and the endpoint (never the key)."""
+    """What a record says its model was: the id and the endpoint (never the key, nor the URL's password: the same
+    spec as records are written, masked, so that --resume finds its own)."""
     without = "" if ep.without == "description" else f" ({ep.without})"  # a --baseline record of before stays its own
-    return f"{ep.model}@{ep.base_url or 'default'}" + ("" if ep.with_skill else f" without the skill{without}")
+    where = URL_USERINFO.sub(lambda m: m[1] + MASK, ep.base_url or "default")
+    return f"{ep.model}@{where}" + ("" if ep.with_skill else f" without the skill{without}")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from skill_rl import cpu, prompts
 from skill_rl.errors import Exit
-from skill_rl.skills import brief
+from skill_rl.skills import brief, show
 
 MANIFEST = "export.json"
 EVAL_CHART = "eval.png"  # --card-eval's chart.png, shown in the card
@@ -178,12 +178,13 @@ def run(skill, setup) -> int:
     out = Path(os.path.abspath(s.export)) if Path(s.export).name in ("", ".", "..") else Path(s.export)
     hub = hub_login(s.push_to_hub) if s.push_to_hub else None  # before any work: an upload that cannot happen
     evaluation = card_eval(s.card_eval, skill) if s.card_eval else None
-    clear_stale(out)
-    if problem := target_problem(out, s.force):
-        raise Exit(2, f"--export {out} {problem}")
     where = run_dir(s)
     checkpoint, why = pick_checkpoint(where, s.checkpoint)
     base_model = base_model_of(s, where, checkpoint)
+    stale = stale_of(out)
+    if problem := target_problem(restored(out, stale), s.force):  # DIR as it will be once a killed export's is put back
+        raise Exit(2, f"--export {out} {problem}")
+    clear_stale(out, stale)  # every check passed: the first change on disk
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     print(f"exporting {checkpoint} ({why}) of {skill.name} on {base_model} to {out}", file=sys.stderr)
     try:
@@ -245,15 +246,30 @@ def hub_id(name: str) -> bool:
     return bool(HUB_REPO.fullmatch(name)) and not Path(name).expanduser().exists()
 
 
-def clear_stale(out: Path) -> None:
-    """Remove what an export killed midway (SIGKILL, a power cut) left beside DIR, once its process is gone: a
-    `.DIR.partial-<pid>` folder; a `.DIR.old-<pid>` (an earlier export moved aside by swap) is put back as DIR
-    when DIR is missing (the kill came between swap's two renames), else removed. Said in one line."""
-    said, pids = [], set()
+def stale_of(out: Path) -> list[tuple[Path, str, str]]:
+    """What an export killed midway (SIGKILL, a power cut) left beside DIR, once its process is gone, as (folder,
+    kind, pid): a `.DIR.partial-<pid>` folder, or a `.DIR.old-<pid>` (an earlier export moved aside by swap).
+    Nothing is changed."""
+    found = []
     for p in sorted(out.parent.glob(f".{glob.escape(out.name)}.*-*")):
         kind, _, pid = p.name[len(out.name) + 2:].rpartition("-")
-        if kind not in ("partial", "old") or not pid.isdigit() or p.is_symlink() or not p.is_dir() or alive(int(pid)):
-            continue
+        if kind in ("partial", "old") and pid.isdigit() and not p.is_symlink() and p.is_dir() and not alive(int(pid)):
+            found.append((p, kind, pid))
+    return found
+
+
+def restored(out: Path, stale: list[tuple[Path, str, str]]) -> Path:
+    """The folder that will be DIR once `clear_stale` has run: an `.old` one put back when DIR is missing."""
+    if out.exists() or out.is_symlink():
+        return out
+    return next((p for p, kind, _ in stale if kind == "old"), out)
+
+
+def clear_stale(out: Path, stale: list[tuple[Path, str, str]]) -> None:
+    """Clear `stale` (stale_of): a partial folder is removed; an old one is put back as DIR when DIR is missing
+    (the kill came between swap's two renames), else removed. Said in one line."""
+    said, pids = [], set()
+    for p, kind, pid in stale:
         pids.add(pid)
         if kind == "old" and not out.exists() and not out.is_symlink():
             p.rename(out)
@@ -318,12 +334,18 @@ def hub_login(repo: str) -> tuple[str, str]:
     from skill_rl import keys
     from skill_rl.env import reachable
 
-    if not HUB_REPO.fullmatch(repo):
-        raise Exit(2, f"--push-to-hub {repo!r}: a Hub repository is owner/name")
     try:
         from huggingface_hub import get_token
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
     except ImportError:
         raise Exit(2, "--push-to-hub needs huggingface_hub (pip install huggingface_hub); nothing was exported") from None
+    try:  # the Hub's own rule ('..', '--', a leading '-', '.git' at the end ...), and an owner: owner/name
+        validate_repo_id(repo)
+        if repo.count("/") != 1:
+            raise HFValidationError("a Hub repository is owner/name")
+    except HFValidationError as e:
+        raise Exit(2, f"--push-to-hub {show(repo)}: not a Hub repository id, owner/name ({brief(e, 160)}); "
+                      "nothing was exported") from None
     try:
         token = get_token()
     except Exception as e:  # noqa: BLE001  an OIDC exchange that failed, a token file it cannot read

@@ -78,7 +78,9 @@ def model_spec(text: str) -> str:
     """A --model SPEC: ID, or label=ID@URL. An endpoint without http(s):// is refused: the model id would
     take it in, and the request would go to the default provider instead."""
     label, eq, rest = text.partition("=")
-    ident, at, where = (rest if eq else text).rpartition("@")
+    spec = rest if eq else text
+    endpoint = re.search(r"@https?://", spec)  # the first: the URL may hold a user:password@ of its own
+    ident, at, where = (spec[:endpoint.start()], "@", spec[endpoint.start() + 1:]) if endpoint else spec.rpartition("@")
     if at and re.search(r"[:/.]|^localhost", where) and not where.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"the endpoint after '@' must start with http:// or https://, got {text!r}")
     if eq and not label.strip() or not (ident if at else where).strip():

@@ -5,7 +5,7 @@ completion), and libraries put what servers said into exception messages. So not
 be clean: every sink goes through `redact` (printed lines, via `redacted_output`; records and
 result files, via records.Sink and skills.atomic_write; `.art/` logs, via rollout.py), with every
 key the process knows: the key flags, and every environment variable named like a secret (`.env`
-is loaded into the environment first). Redact before truncating, or half a key gets through.
+is loaded into the environment first), and the password of every URL (`http://user:PASSWORD@host`). Redact before truncating, or half a key gets through.
 """
 
 from __future__ import annotations
@@ -27,10 +27,18 @@ class EchoedKey(Exception):
     """A server's answer quoted one of our keys: it is not used (not logged, judged or trained on)."""
 
 
+def url_passwords(values) -> list[str]:
+    """The passwords of the URLs in `values` (strings, or lists of them, as flags hold them; others ignored)."""
+    texts = [x for v in values for x in (v if isinstance(v, list) else [v]) if isinstance(x, str) and "@" in x]
+    return [m["password"] for t in texts for m in URL_PASSWORD.finditer(t)]
+
+
 def collect(*flag_values: str | None) -> tuple[str, ...]:
-    """Remember the secrets: the given flag values and the environment's secret-named variables."""
+    """Remember the secrets: the given flag values, the environment's secret-named variables and the passwords of
+    the URLs in its values (also masked wherever a server or library quotes them without their URL)."""
     global _known
-    found = {v for v in flag_values if v} | {v for k, v in os.environ.items() if SECRET_NAME.search(k)}
+    found = ({v for v in flag_values if v} | {v for k, v in os.environ.items() if SECRET_NAME.search(k)}
+             | set(url_passwords(os.environ.values())))
     _known = tuple(sorted((v.strip() for v in found if len(v.strip()) >= MIN_LENGTH), key=len, reverse=True))
     return _known
 
@@ -42,11 +50,18 @@ def remember(secret: str) -> None:
         _known = tuple(sorted({*_known, secret.strip()}, key=len, reverse=True))
 
 
+# The password of any URL (`http://user:PASSWORD@host`), up to the authority's last '@': a secret wherever it
+# comes from (a flag, the environment, a config file, an error message), however short.
+URL_USERINFO = re.compile(r"(://[^/\s:@\"'`]{0,256}:)[^/\s\"'`]{1,256}(?=@)")
+
+
 def redact(text: str) -> str:
-    """`text` with every known secret replaced by ***."""
+    """`text` with every known secret, and the password of every URL in it, replaced by ***."""
     for key in _known:
         if key in text:
             text = text.replace(key, MASK)
+    if "://" in text and "@" in text:
+        text = URL_USERINFO.sub(lambda m: m[1] + MASK, text)
     return text
 
 

@@ -73,6 +73,14 @@ def test_null_leaves_the_flag_at_its_default(tmp_path):
     ("check: true\n", "run.yaml:1: check: picks a command; give --check on the command line"),
     ("tasks-from-git: ../repo\n", "run.yaml:1: tasks-from-git: picks a command; give --tasks-from-git on the command line"),
     ("config: other.yaml\n", "run.yaml:1: config: picks a command"),
+    ("export: out\n", "run.yaml:1: export: picks a command; give --export on the command line"),
+    ("push_to_hub: me/model\n", "run.yaml:1: push_to_hub: picks a command"),
+    ("card-eval: evals/\n", "run.yaml:1: card-eval: picks a command"),
+    ("checkpoint: latest\n", "run.yaml:1: checkpoint: picks a command"),
+    ("force: true\n", "run.yaml:1: force: lets the command replace files; give --force on the command line"),
+    ("out: results\n", "run.yaml:1: out: lets the command replace files"),
+    ("resume: true\n", "run.yaml:1: resume: lets the command replace files"),
+    ("steps: " + "[" * 5000 + "]" * 5000 + "\n", "run.yaml: nested too deeply to read"),
     ("steps: 1\n\nsteps: 2\n", "run.yaml:3: steps: given twice"),
     ("max_tokens: 5\nmax-tokens: 6\n", "run.yaml:2: max-tokens: given twice"),
     ("- steps\n", "run.yaml:1: a config file is a mapping of flag names to values"),
@@ -95,6 +103,29 @@ def test_an_unreadable_config_is_one_line(tmp_path, capsys):
             train_skill.main(["--config", str(path)])
         err = capsys.readouterr().err
         assert e.value.code == 2 and err.startswith(f"error: --config {path}: cannot read it") and err.count("\n") == 1
+
+
+def test_a_config_that_is_a_device_a_fifo_or_too_large_is_refused_without_reading_it(tmp_path, capsys):
+    os.mkfifo(tmp_path / "fifo.yaml")  # no writer: opening it for reading would wait for ever
+    with open(tmp_path / "big.yaml", "wb") as f:
+        f.truncate(3_000_000_000)  # sparse: 3 GB of NULs that are never read
+    for path, why in (("/dev/zero", "not a regular file"), (tmp_path / "fifo.yaml", "not a regular file"),
+                      (tmp_path / "big.yaml", f"larger than {configfile.MAX_BYTES:,} bytes")):
+        with pytest.raises(SystemExit) as e:
+            train_skill.main(["--config", str(path)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err == f"error: --config {path}: cannot read it ({why}" + err.split(why, 1)[1], err
+        assert err.count("\n") == 1
+
+
+def test_a_replayed_config_of_a_run_never_exports_uploads_or_overwrites(tmp_path):
+    written = configfile.write(config.Settings({"steps": 1, "export": "out", "push_to_hub": "me/x", "force": True,
+                                                "out": "o", "resume": False, "checkpoint": 3}), tmp_path)
+    text = written.read_text()
+    assert "steps: 1" in text and not any(k in text for k in ("export", "push_to_hub", "force", "out:", "resume", "checkpoint"))
+    (tmp_path / "old.yaml").write_text("steps: 1\nforce: false\nresume: false\nout: null\n")  # what older runs wrote
+    args = train_skill.parse_args(["--config", str(tmp_path / "old.yaml"), "--skill", "git-commit"])
+    assert args.steps == 1 and args.force is False and args.resume is False and args.export is None
 
 
 def test_the_written_config_reads_back_to_the_same_settings_and_holds_no_secret(tmp_path, monkeypatch):

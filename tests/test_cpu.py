@@ -107,6 +107,7 @@ def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp
     assert steps == {2.0}, "the second run's optimizer did not continue from the first run's checkpoint"
 
     server = cpu.serve_checkpoint(run_dir)
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)  # the server answers only its own key
     try:
         assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none",
                                  "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
@@ -208,7 +209,7 @@ def test_the_server_returns_the_token_ids_and_logprobs_art_trains_on(tmp_path):
 
     server = cpu.serve_checkpoint(None)
     try:
-        client = OpenAI(base_url=server.url, api_key="none")
+        client = OpenAI(base_url=server.url, api_key=server.api_key)
         reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}],
                                                max_tokens=6, temperature=1.0, n=2)
         with pytest.raises(Exception, match="not served here"):
@@ -230,3 +231,83 @@ def test_a_base_model_that_is_not_on_this_machine_exits_2_before_loading(tmp_pat
     code = train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu",
                              "--judge", "none", "--base-model", "Qwen/Qwen2.5-3B-Instruct"])
     assert code == 2 and "loads local weights only" in capsys.readouterr().err
+
+
+def test_the_served_policy_decodes_concurrent_requests_in_one_batch():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    server = cpu.Server(policy, {"base": False}, window_s=600)  # a batch starts when full (GEN_BATCH), not on a timer
+    client = OpenAI(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=600)
+    words = [f"word{i}" for i in range(cpu.GEN_BATCH)]
+    try:
+        with ThreadPoolExecutor(cpu.GEN_BATCH) as pool:
+            replies = list(pool.map(lambda w: client.chat.completions.create(
+                model="base", messages=[{"role": "user", "content": f"Repeat: {w}"}], max_tokens=4, temperature=0), words))
+    finally:
+        server.close()
+    assert server.batches == 1 and len(replies) == cpu.GEN_BATCH
+    assert all(1 <= r.usage.completion_tokens <= 4 for r in replies)
+
+
+def test_python_m_skill_rl_cpu_serves_with_its_key_and_a_client_hanging_up_prints_nothing(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from openai import OpenAI
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "skill_rl.cpu", "--port", str(port)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("serving base at"), first + proc.stderr.read()
+        key_file = tmp_path / ".art" / f"cpu-server-{port}.key"
+        key = key_file.read_text()
+        assert key_file.stat().st_mode & 0o777 == 0o600 and key not in first + proc.stdout.readline()
+        body = json.dumps({"model": "base", "messages": [{"role": "user", "content": "Count to a thousand."}],
+                           "max_tokens": 1500}).encode()
+        for _ in range(3):  # clients that hang up while their answers are decoded
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=300)
+        reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
+        assert reply.choices[0].message.content is not None
+        with pytest.raises(Exception, match="401"):
+            OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-guess", max_retries=0).models.list()
+    finally:
+        proc.send_signal(signal.SIGTERM)  # as a service manager stops it; Ctrl-C does the same
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err and "GGUF tensors" not in err, err  # nor a bar in a pipe
+    assert not key_file.exists()
+
+
+def test_prompts_decoded_together_compute_their_shared_start_once_with_the_same_answers(monkeypatch):
+    """Two tasks under one SKILL.md, decoded together: their common start (the system prompt) is computed once and
+    each task's rest after it; greedy, in float32, each answer is the one decoded alone, with the same logprobs."""
+    from skill_rl.cpu import policy as policy_module
+
+    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    system = {"role": "system", "content": (Path(__file__).resolve().parent.parent / "skills/git-commit/SKILL.md").read_text()}
+    prompts = [policy.prompt_ids([system, {"role": "user", "content": f"diff --git a/{n}.py b/{n}.py\n+LIMIT = {i}\n"}])
+               for i, n in enumerate(("app", "limits"))]
+    calls = []
+    original = policy.prefix_cache
+    monkeypatch.setattr(policy, "prefix_cache", lambda prefix, n: calls.append(prefix.shape[1]) or original(prefix, n))
+    together = policy.generate_many([(p, 1) for p in prompts], 0.0, 6, False)
+    shared = calls[0]
+    assert len(calls) == 1 and policy_module.SHARED_MIN <= shared < min(map(len, prompts)) - 1  # the common start, once
+    alone = [policy.generate_many([(p, 1)], 0.0, 6, False)[0] for p in prompts]
+    for a, b in zip(together, alone):
+        assert a.token_ids == b.token_ids
+        assert all(abs(x - y) < 1e-3 for x, y in zip(a.logprobs, b.logprobs))

@@ -2,7 +2,10 @@
 
 import os
 
+import pytest
+
 from skill_rl.cpu import weights
+from skill_rl.errors import Exit
 
 
 def test_busy_cores_is_read_from_the_machine_now():
@@ -17,5 +20,14 @@ def test_threads_are_the_idle_cores_and_at_least_one(monkeypatch):
     assert weights.threads() == cores  # a lagging load average of 1.2 no longer takes a core away
     monkeypatch.setattr(weights, "busy_cores", lambda seconds=0.5: cores - 0.2)
     assert weights.threads() == 1
-    monkeypatch.setenv("SKILL_RL_CPU_THREADS", "3")
-    assert weights.threads() == 3
+    monkeypatch.setenv("SKILL_RL_CPU_THREADS", str(cores))
+    assert weights.threads() == cores
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "0", "-1", "1.5", "1e3", "abc", "99999999999999", "cores+1"])
+def test_a_thread_count_that_is_not_a_whole_number_up_to_the_cores_is_one_line_exit_2(monkeypatch, value):
+    cores = os.cpu_count() or 1
+    monkeypatch.setenv("SKILL_RL_CPU_THREADS", str(cores + 1) if value == "cores+1" else value)
+    with pytest.raises(Exit) as e:
+        weights.threads()
+    assert e.value.code == 2 and str(e.value).startswith("SKILL_RL_CPU_THREADS=") and f"1 to {cores}" in str(e.value)

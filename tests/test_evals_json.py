@@ -118,3 +118,49 @@ def test_it_trains_on_the_stand_in_backend(skills, tmp_path, monkeypatch, capsys
     step = json.loads(next((tmp_path / ".art").rglob("dryrun.jsonl")).read_text().splitlines()[0])
     assert step["step"] == 1 and step["groups"] == 2 and set(step["task_ids"]) <= {"1", "2", "3", "4"}
     assert any("grade by how many it meets" in p for p in judged)
+
+
+def big(path: Path, size: int) -> str:
+    """A sparse file of `size` bytes (nothing written): reading it whole would take its size in memory."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return str(path.relative_to(path.parents[2]))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("evals.json of 3 GB", "evals.json: is 3,000,000,000 bytes; the limit is"),
+    ("deep JSON", "evals.json: invalid JSON: nested too deeply"),
+    ("the same file 60 times", "evals[0]: field 'files' lists 'evals/files/half.txt' more than once"),
+    ("files adding up past a task's limit", "evals[0]: the prompt with its files is over 1,000,000 characters"),
+])
+def test_evals_files_are_bounded_before_they_are_read(skills, case, message):
+    files = skills / "meeting-notes" / "evals" / "files"
+    (files / "half.txt").write_text("x" * 600_000)
+    (files / "other.txt").write_text("y" * 600_000)
+    if case == "evals.json of 3 GB":
+        big(evals_file(skills), 3_000_000_000)
+    elif case == "deep JSON":
+        write(skills, raw='{"evals": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif case == "the same file 60 times":
+        write(skills, [{"id": 1, "prompt": "x", "files": ["evals/files/half.txt"] * 60}])
+    else:
+        write(skills, [{"id": 1, "prompt": "x", "files": ["evals/files/half.txt", "evals/files/other.txt"]}])
+    with pytest.raises(SkillError) as e:
+        load_skill(skills / "meeting-notes")
+    assert len(e.value.problems) == 1 and message in e.value.problems[0], e.value.problems
+
+
+def test_a_listed_file_is_measured_before_it_is_read(skills):
+    import tracemalloc
+
+    files = skills / "meeting-notes" / "evals" / "files"
+    write(skills, [{"id": 1, "prompt": "x", "files": [big(files / "huge.txt", 300_000_000)]}])
+    tracemalloc.start()
+    try:
+        with pytest.raises(SkillError) as e:
+            load_skill(skills / "meeting-notes")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "evals[0]: file 'evals/files/huge.txt' is 300,000,000 bytes; the limit is 1,000,000" in e.value.problems[0]
+    assert peak < 50_000_000, f"{peak:,} bytes allocated: the file was read"

@@ -344,8 +344,23 @@ def test_an_earlier_export_moved_aside_by_a_killed_export_is_put_back(in_tmp, ca
     (in_tmp / f".out.partial-{dead}").mkdir()
     code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")
     assert code == 2 and "is not empty" in err  # DIR is the earlier export again, and --force is needed as before
-    assert f"put .out.old-{dead} back as out; removed .out.partial-{dead}" in err
+    assert (in_tmp / f".out.old-{dead}").is_dir() and not (in_tmp / "out").exists()  # refused: nothing changed
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--force")
+    assert code == 0 and f"put .out.old-{dead} back as out; removed .out.partial-{dead}" in err
     assert (in_tmp / "out" / export.MANIFEST).is_file() and not any(p.name.startswith(".out") for p in in_tmp.iterdir())
+
+
+def test_a_refused_export_leaves_what_a_killed_one_left_as_it_was(in_tmp, capsys, no_merge):
+    dead = dead_pid()
+    for kind in ("partial", "old"):
+        (in_tmp / f".out.{kind}-{dead}").mkdir()
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", "no-such-run")  # refused: no run
+    assert code == 2 and "no run" in one_line(err)
+    fake_run(in_tmp)
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--checkpoint", "7")  # refused: no step 7
+    assert code == 2 and "no such checkpoint" in one_line(err)
+    assert sorted(p.name for p in in_tmp.iterdir() if p.name.startswith(".out")) == [f".out.old-{dead}", f".out.partial-{dead}"]
+    assert not (in_tmp / "out").exists()
 
 
 # ------------------------------------------------------------------ --push-to-hub
@@ -382,8 +397,9 @@ def test_push_to_hub_without_a_token_is_one_line_before_any_export_work(in_tmp, 
     code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
     assert code == 2 and "no Hugging Face token" in one_line(err) and "HF_TOKEN" in err
     assert not (in_tmp / "out").exists()
-    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--push-to-hub", "not a repo")
-    assert code == 2 and "owner/name" in one_line(err)
+    for repo in ("not a repo", "../..", "a/b..c", "-x/y", "x/y-", "a--b/c", "name", "a/b/c", "x/y.git"):
+        code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, f"--push-to-hub={repo}")
+        assert code == 2 and "owner/name" in one_line(err) and "token" not in err, repo
 
 
 def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, capsys, monkeypatch, no_merge):

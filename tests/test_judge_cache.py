@@ -169,3 +169,21 @@ def test_a_repeated_eval_of_the_same_answers_pays_the_judge_once_and_reports_the
     assert first["models"] == second["models"] and second["judge_cache"]["hits"] == 4
     assert second["judge_usage"]["responses"] == 0 and second["judge_cache"]["saved"]["responses"] == 4
     assert "answered from the cache" in (tmp_path / "two" / "results.md").read_text()
+
+
+def test_the_cache_file_is_the_users_alone_when_new_replaced_or_found_loose(tmp_path):
+    fresh = tmp_path / "new" / "judge.sqlite3"
+    cache.JudgeCache(fresh, report=lambda line: None)
+    damaged = tmp_path / "damaged" / "judge.sqlite3"
+    damaged.parent.mkdir()
+    damaged.write_bytes(b"this is not a database" * 100)
+    os.chmod(damaged, 0o644)
+    said = []
+    cache.JudgeCache(damaged, report=said.append).put("k", [(1.0, "x")], JudgeUsage())
+    loose = tmp_path / "loose" / "judge.sqlite3"
+    cache.JudgeCache(loose, report=lambda line: None).put("k", [(1.0, "x")], JudgeUsage())
+    os.chmod(loose, 0o664)
+    assert cache.JudgeCache(loose, report=lambda line: None).get("k", 1) == [(1.0, "x")]  # narrowed, and still read
+    assert len(said) == 1 and "moved to" in said[0]
+    for path in (fresh, damaged, loose):
+        assert path.stat().st_mode & 0o777 == 0o600, path

@@ -1,14 +1,22 @@
 """`python -m skill_rl.cpu --checkpoint <run dir>[/checkpoints/NNNN]`: serve a checkpoint for --eval.
+
+The server answers only requests that carry its key, a random token made at start and written, readable by
+the user alone, to `.art/cpu-server-<port>.key` (removed when the server stops); the printed --eval command
+reads it from there into OPENAI_API_KEY, so the key itself is never printed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import threading
 from pathlib import Path
 
 from skill_rl import flags
 from skill_rl.errors import Exit
+from skill_rl.skills import atomic_write
 from skill_rl.cpu.weights import TINY_MODEL, quiet_threads
 from skill_rl.cpu.backend import serve_checkpoint
 
@@ -22,6 +30,8 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=flags.count(1, maximum=65535), default=8000, help="port on 127.0.0.1 (default 8000)")
     args = p.parse_args(argv)
     quiet_threads()
+    if not sys.stderr.isatty():  # the GGUF loader's bar, redrawn into a log; read when tqdm is first imported
+        os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         server = serve_checkpoint(args.checkpoint, args.base_model, args.name, args.port)
     except Exit as e:
@@ -30,14 +40,34 @@ def main(argv=None) -> int:
     except OSError as e:  # the port is taken
         print(f"error: cannot listen on 127.0.0.1:{args.port}: {e}", file=sys.stderr)
         return 2
+    key_file = Path(".art") / f"cpu-server-{args.port}.key"
+    if problem := write_key(key_file, server.api_key):
+        server.close()
+        print(f"error: cannot write the server's key to {key_file}: {problem}", file=sys.stderr)
+        return 2
     models = " ".join(f"--model {n}@{server.url}" for n in server.names)
-    print(f"serving {', '.join(server.names)} at {server.url}; compare them with\n"
-          f"  python train_skill.py --skill SKILL --eval {models} --judge none\nCtrl-C stops", flush=True)
+    print(f"serving {', '.join(server.names)} at {server.url}, to requests that carry the key in {key_file}; "
+          f"compare them with\n  OPENAI_API_KEY=\"$(cat {key_file})\" python train_skill.py --skill SKILL --eval {models} "
+          "--judge none\nCtrl-C stops", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped like Ctrl-C: the key file goes too
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         server.close()
+    finally:
+        with contextlib.suppress(OSError):
+            key_file.unlink()
     return 0
+
+
+def write_key(path: Path, key: str) -> str | None:
+    """The server's key in `path`, readable by the user alone; what went wrong, or None."""
+    try:
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, key.encode(), private=True)  # bytes: written as they are, not redacted
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ class CPUBackend:
         self.model_name = model.name
 
     async def _prepare_backend_for_training(self, model, config=None) -> tuple[str, str]:
-        return self.server.url, "cpu"
+        """The server's address and its key (random, made when it started): ART's client sends it with every request."""
+        return self.server.url, self.server.api_key
 
     def _model_inference_name(self, model, step: int | None = None) -> str:
         return model.name  # the latest step is the one served; `base` serves the model without the adapter
@@ -189,11 +190,13 @@ def checkpoint_of(path: Path) -> Path:
     return steps[-1]
 
 
-def serve_checkpoint(checkpoint: Path | None, base_model: str = TINY_MODEL, name: str = "trained", port: int = 0) -> Server:
-    """A server of `base` (no adapter) and, given a checkpoint, `name` (its adapter), on 127.0.0.1:port."""
+def serve_checkpoint(checkpoint: Path | None, base_model: str = TINY_MODEL, name: str = "trained", port: int = 0,
+                     api_key: str | None = None) -> Server:
+    """A server of `base` (no adapter) and, given a checkpoint, `name` (its adapter), on 127.0.0.1:port, answering
+    requests that carry `api_key` (a random one when not given: `Server.api_key`)."""
     policy = Policy(base_model)
     names = {"base": False}
     if checkpoint is not None:
         policy.load(checkpoint_of(checkpoint))
         names[name] = True
-    return Server(policy, names, port)
+    return Server(policy, names, port, api_key)

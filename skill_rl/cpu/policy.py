@@ -26,6 +26,24 @@ class Sample:
     finished: bool  # ended with an end-of-turn token, not at max_tokens
 
 
+def _rows_stopped(abandoned):
+    """transformers' stopping criteria for the rows `abandoned()` marks (none without it): a row marked stops
+    decoding, and the batch ends once every row has stopped or finished."""
+    if abandoned is None:
+        return None
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Abandoned(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.tensor(abandoned(), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Abandoned()])
+
+
+SHARED_MIN = 32  # tokens that prompts decoded together must share before their common start is computed once
+
+
 class Policy:
     """A base model with LoRA adapters; one lock orders sampling, training and checkpoint loads."""
 
@@ -63,13 +81,14 @@ class Policy:
         return list(ids)
 
     def generate_many(self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int,
-                      adapter: bool) -> list[Sample]:
+                      adapter: bool, abandoned=None) -> list[Sample]:
         """Completions of several prompts ((prompt, how many) each), decoded together as one batch.
 
         Each prompt's prefix is computed once and repeated for its rows; the prefixes are left-padded to one
         length (the padding masked out) so that every decoding step runs all rows at once: a step of 4 groups
         decodes max_tokens times, not 4 x max_tokens times. Samples come back in the order asked; logprobs are of
-        the unscaled (temperature 1) policy."""
+        the unscaled (temperature 1) policy. `abandoned`, a function giving one bool per row, stops decoding the rows
+        it marks (a served request whose client hung up); what those rows hold is not to be used."""
         import torch
 
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {"do_sample": False}
@@ -82,7 +101,8 @@ class Policy:
             cache = self._batch_cache([(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], width + max_tokens)
             out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=max_tokens,
                                       eos_token_id=sorted(self.stop_ids), pad_token_id=self.tokenizer.pad_token_id,
-                                      output_logits=True, return_dict_in_generate=True, **sampling)
+                                      output_logits=True, return_dict_in_generate=True,
+                                      stopping_criteria=_rows_stopped(abandoned), **sampling)
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [rows, new tokens, vocab]
         samples = []
         for i, prompt in enumerate(rows):
@@ -101,13 +121,35 @@ class Policy:
         import torch
         from transformers import StaticCache
 
-        caches = [(self.prefix_cache(prefix, 1), n, pad) for prefix, n, pad in parts]
+        shared = self._shared_prefix([prefix for prefix, _, _ in parts])
+        caches = [(self._prefix_after(shared, prefix), n, pad) for prefix, n, pad in parts]
         static = StaticCache(config=self.model.config, max_cache_len=size)
         for i in range(len(caches[0][0].layers)):  # no layers: every prompt is one token, nothing to prefill
             padded = [[torch.nn.functional.pad(t, (0, 0, pad, 0)).expand(n, -1, -1, -1)
                        for t in (cache.layers[i].keys, cache.layers[i].values)] for cache, n, pad in caches]
             static.update(torch.cat([k for k, _ in padded]), torch.cat([v for _, v in padded]), i)
         return static
+
+    def _shared_prefix(self, prefixes) -> tuple[int, object] | None:
+        """(length, KV cache) of the tokens every prefix ([1, length] each) begins with, computed once, when there are
+        several and they share at least SHARED_MIN tokens (SKILL.md, the system prompt of every task); else None."""
+        if len(prefixes) < 2:
+            return None
+        first, length = prefixes[0][0], min(p.shape[1] for p in prefixes)
+        for p in prefixes[1:]:
+            differ = (p[0, :length] != first[:length]).nonzero()
+            length = int(differ[0]) if len(differ) else length
+        return (length, self.prefix_cache(prefixes[0][:, :length], 1)) if length >= SHARED_MIN else None
+
+    def _prefix_after(self, shared, prefix):
+        """The KV cache of `prefix` ([1, length]): the shared part's, forked, with the rest run after it."""
+        if shared is None:
+            return self.prefix_cache(prefix, 1)
+        length, cache = shared
+        own = self.fork(cache)
+        if prefix.shape[1] > length:
+            self.model(input_ids=prefix[:, length:], past_key_values=own, use_cache=True, logits_to_keep=1)
+        return own
 
     def prefix_cache(self, prefix, n: int):
         """The KV cache of `prefix` ([1, length]) computed once, repeated for `n` rows (with gradients when enabled)."""

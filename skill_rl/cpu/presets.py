@@ -78,4 +78,5 @@ def serve_hint(checkpoint: Path, base_model: str, eval_flags: str = "") -> str:
     """`eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md)."""
     extra = "" if base_model == TINY_MODEL else f" --base-model {base_model}"
     return (f"serve it, and its base model as `base`, for --eval: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
-            f"  then: --eval --judge none{eval_flags} --model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")
+            f"  then, with its key: OPENAI_API_KEY=\"$(cat .art/cpu-server-8000.key)\" ... --eval --judge none{eval_flags} "
+            "--model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")

@@ -35,10 +35,17 @@ def quiet_threads() -> None:
 
 
 def threads() -> int:
-    """Torch threads: SKILL_RL_CPU_THREADS, else the cores that other work leaves free now (busy_cores; at least 1)."""
-    if os.environ.get("SKILL_RL_CPU_THREADS", "").isdigit() and int(os.environ["SKILL_RL_CPU_THREADS"]) > 0:
-        return int(os.environ["SKILL_RL_CPU_THREADS"])
-    return max(1, (os.cpu_count() or 1) - int(busy_cores() + 0.25))  # whole cores busy elsewhere
+    """Torch threads: SKILL_RL_CPU_THREADS (a whole number from 1 to this machine's cores: more threads than cores
+    only slow every step; anything else is exit 2), else the cores that other work leaves free now (busy_cores;
+    at least 1)."""
+    cores = os.cpu_count() or 1
+    text = os.environ.get("SKILL_RL_CPU_THREADS", "").strip()
+    if text:  # ASCII digits only: str.isdigit takes '²', which int() refuses
+        if not (text.isascii() and text.isdigit() and len(text) <= 6 and 1 <= int(text) <= cores):
+            raise Exit(2, f"SKILL_RL_CPU_THREADS={show(text, 20)}: expected a whole number from 1 to {cores} "
+                          "(this machine's cores)")
+        return int(text)
+    return max(1, cores - int(busy_cores() + 0.25))  # whole cores busy elsewhere
 
 
 def busy_cores(seconds: float = 0.5) -> float:

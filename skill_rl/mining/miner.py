@@ -70,10 +70,27 @@ class Mined:
     commits: int = 0
 
 
+GRADER_NOTE = "addresses the grader (never mined)"
+
+
+def grader_reason(commit: Commit, task: dict | None = None) -> str | None:
+    """Why a commit must not become an example: its message speaks to a grader, asks for or claims a score
+    (`injection.addresses_grader`), or the reference the hook built from it does. A reference is what warm starts
+    train on, so text the core did not check never reaches one."""
+    from skill_rl.scoring.injection import addresses_grader
+
+    reference = (task or {}).get("reference")
+    if addresses_grader(commit.message) or isinstance(reference, str) and addresses_grader(reference):
+        return GRADER_NOTE
+    return None
+
+
 def _candidate(commit: Commit, hook, mined: Mined) -> dict | str:
     """The hook's task for `commit`, or the reason it is skipped."""
     if commit.skip:
         return commit.skip
+    if reason := grader_reason(commit):
+        return reason
     try:
         got = hook(commit)
     except Skip as e:
@@ -88,7 +105,7 @@ def _candidate(commit: Commit, hook, mined: Mined) -> dict | str:
         raise MiningError(f"{HOOK} must return a reason string or a dict with 'input' and optionally 'expect' and "
                           f"'reference'; got {str(got)[:80]!r} for commit {commit.sha[:12]}")
     try:
-        return secret_reason(commit, got) or got
+        return secret_reason(commit, got) or grader_reason(commit, got) or got
     except Skip as e:
         return str(e)
 

@@ -78,8 +78,7 @@ class JudgeCache:
     def _open(self) -> sqlite3.Connection | None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not self.path.exists():  # the judge's explanations quote the user's tasks: the user's alone
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            self._private()
             return self._connect()
         except sqlite3.OperationalError as e:  # cannot open, locked, read-only: left as it is
             self._report(f"warning: judge cache {self.path} cannot be used ({e}); judging without it")
@@ -88,6 +87,7 @@ class JudgeCache:
             aside = self.path.with_name(self.path.name + ".corrupt")
             try:
                 os.replace(self.path, aside)
+                self._private()
                 db = self._connect()
             except (OSError, sqlite3.Error) as again:
                 self._report(f"warning: judge cache {self.path} cannot be used ({e}; {again}); judging without it")
@@ -98,6 +98,14 @@ class JudgeCache:
         except (OSError, sqlite3.Error) as e:
             self._report(f"warning: judge cache {self.path} cannot be used ({e}); judging without it")
             return None
+
+    def _private(self) -> None:
+        """The cache file the user's alone (0600): the judge's explanations quote the user's tasks. Created so when
+        missing (sqlite would make it 0644), and an existing one readable by others narrowed to it."""
+        if not self.path.exists():
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        elif self.path.stat().st_mode & 0o077:
+            os.chmod(self.path, 0o600)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)  # autocommit: each entry durable at once

@@ -14,6 +14,8 @@ grades correctness against (scoring/reward.py). There is no split in the format:
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import yaml
@@ -23,6 +25,7 @@ from skill_rl.skills.skill import MAX_LINE_CHARS, Task, problem, pydantic_proble
 from skill_rl.skills.tasks import no_duplicate_keys
 
 EVALS = Path("evals") / "evals.json"
+MAX_EVALS_BYTES = 16 * 1024 * 1024  # the evals themselves; their files are bounded one by one and per task
 
 
 class Eval(BaseModel):
@@ -39,11 +42,17 @@ class Eval(BaseModel):
 def load_evals(folder: Path, skill_name: str | None, problems: list[str]) -> list[Task]:
     path = folder / EVALS
     try:
-        raw = path.read_bytes()
+        raw = _read(path, MAX_EVALS_BYTES)
         text = raw.decode("utf-8-sig")
         data = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except OSError as e:
         problems.append(problem(path, None, f"cannot read file: {e.strerror}"))
+        return []
+    except TooLarge as e:
+        problems.append(problem(path, None, str(e)))
+        return []
+    except RecursionError:
+        problems.append(problem(path, None, "invalid JSON: nested too deeply"))
         return []
     except UnicodeDecodeError as e:
         problems.append(problem(path, None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})"))
@@ -87,11 +96,19 @@ def _task(folder: Path, path: Path, line: int | None, i: int, obj, split: str, p
                         for p in pydantic_problems(path, e, lambda loc: line))
         return None
     parts = [ev.prompt]
+    if len(set(ev.files)) < len(ev.files):
+        dup = next(f for f in ev.files if ev.files.count(f) > 1)
+        problems.append(problem(path, line, f"evals[{i}]: field 'files' lists {show(dup)} more than once"))
+        return None
     for name in ev.files:
         content = _file(folder, name, path, line, i, problems)
         if content is None:
             return None
         parts.append(f"--- {name} ---\n{content}")
+        if sum(map(len, parts)) > MAX_LINE_CHARS:  # one task's input, as a tasks.jsonl line is bounded
+            problems.append(problem(path, line, f"evals[{i}]: the prompt with its files is over {MAX_LINE_CHARS:,} "
+                                                "characters; list fewer or smaller files"))
+            return None
     criteria = ([f"The expected output: {ev.expected_output}"] if ev.expected_output else []) + ev.expectations
     return Task(id=str(ev.id), input="\n\n".join(parts), split=split, criteria=criteria or None, line=line or 0)
 
@@ -104,15 +121,15 @@ def _file(folder: Path, name: str, path: Path, line: int | None, i: int, problem
         problems.append(problem(path, line, f"{where} is outside the skill folder; list files inside it"))
         return None
     try:
-        data = target.read_bytes() if target.is_file() else None
+        data = _read(target, MAX_LINE_CHARS) if target.is_file() else None
     except OSError as e:
         problems.append(problem(path, line, f"{where} cannot be read: {e.strerror}"))
         return None
+    except TooLarge as e:
+        problems.append(problem(path, line, f"{where} {e}"))
+        return None
     if data is None:
         problems.append(problem(path, line, f"{where} is not a file in the skill folder"))
-        return None
-    if len(data) > MAX_LINE_CHARS:
-        problems.append(problem(path, line, f"{where} is {len(data):,} bytes; the limit is {MAX_LINE_CHARS:,}"))
         return None
     try:
         return data.decode("utf-8")
@@ -122,11 +139,30 @@ def _file(folder: Path, name: str, path: Path, line: int | None, i: int, problem
         return None
 
 
+class TooLarge(ValueError):
+    """A file over its limit, found from its size before it is read."""
+
+
+def _read(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, its size checked before it is read; TooLarge for a file past `limit`, or for a FIFO or
+    device (opened without blocking, never read: it has no size to trust)."""
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise TooLarge("is not a regular file")
+        if info.st_size > limit:
+            raise TooLarge(f"is {info.st_size:,} bytes; the limit is {limit:,}")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while being read
+        raise TooLarge(f"is over {limit:,} bytes, the limit")
+    return data
+
+
 def _lines(text: str) -> list[int]:
     """The line each eval object starts on (JSON is YAML, which keeps positions); [] when it cannot tell."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         evals = next(v for k, v in root.value if k.value == "evals")
         return [node.start_mark.line + 1 for node in evals.value]
-    except (yaml.YAMLError, StopIteration, AttributeError, TypeError):  # JSON YAML reads otherwise (tabs): no lines
+    except (yaml.YAMLError, StopIteration, AttributeError, TypeError, RecursionError):  # JSON YAML reads otherwise (tabs): no lines
         return []

@@ -33,11 +33,12 @@ def _umask() -> int:
         return 0o022
 
 
-def atomic_write(path: Path, text: str | bytes) -> None:
+def atomic_write(path: Path, text: str | bytes, private: bool = False) -> None:
     """Write a whole file or nothing: a crash or a full disk leaves the old file (or none), never half a new
     one. The one write path for every output we replace: a new temporary file with a unique name in the
     same folder (created with O_EXCL, so a link planted at any name is never followed), then renamed over
-    `path`, which must be a regular file or nothing (OSError otherwise). Text is redacted, like every sink."""
+    `path`, which must be a regular file or nothing (OSError otherwise). Text is redacted, like every sink.
+    `private`: readable by the user alone (0600), as a run's records and a server's key file are."""
     from skill_rl.keys import redact  # what is written is redacted, like every other sink
 
     path = Path(path)
@@ -47,7 +48,8 @@ def atomic_write(path: Path, text: str | bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())  # as a plain open() would make it, not mkstemp's 0600
+            if not private:
+                os.fchmod(f.fileno(), 0o666 & ~_umask())  # as a plain open() would make it, not mkstemp's 0600
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
