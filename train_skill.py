@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from skill_rl import config, configfile, export, flags, keys, mining, progress, prompts
-from skill_rl.training import backends, warmstart
+from skill_rl.training import anchor, backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
@@ -110,6 +110,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--internalize-floor", type=flags.number(minimum=0, maximum=1), default=None, metavar="F",
                    help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default {prompts.WARM_FLOOR:g} "
                         f"after a warm start: every RL step; {prompts.DEFAULT_FLOOR:g} without one)")
+    t.add_argument("--kl-coef", type=flags.number(minimum=0), default=None, metavar="F",
+                   help="KL anchor: each sampled token's advantage is lowered by F x its KL to the reference (ART's "
+                        f"kl_penalty_coef; default {anchor.DEFAULT_COEF:g} after a warm start, else 0; docs/cpu-learning.md)")
+    t.add_argument("--kl-ref-step", type=flags.count(0), default=None, metavar="N",
+                   help="the KL anchor's reference checkpoint (default: the warm start's last step, else the base model); "
+                        "with --kl-coef 0 the CPU backend measures the KL to it and changes nothing")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)
@@ -149,7 +155,9 @@ async def train(run: config.Run, skill) -> int:
         step, last = await t.model.get_step(), s.steps + warm.steps  # the warm start's checkpoints count as steps
         if warm.trained:
             await t.validate(step)
-        print(f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}", flush=True)
+        t.anchor = anchor.resolve(s, t.model, t.backend, step)  # kept on resume
+        print(f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}"
+              + (f"; {t.anchor.describe()}" if t.anchor.active else ""), flush=True)
         for batch in iterate_dataset(t.train_tasks, s.groups_per_step, t.epochs(), initial_step=step - warm.steps, use_tqdm=False):
             if step >= last or t.stop.is_set():
                 break
@@ -159,7 +167,7 @@ async def train(run: config.Run, skill) -> int:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue
             with t.stopper.shielded():  # a step is trained and logged whole, or not at all
-                result = await t.backend.train(t.model, groups, learning_rate=s.learning_rate)
+                result = await t.backend.train(t.model, groups, learning_rate=s.learning_rate, **t.anchor.kwargs())
                 step = result.step
                 means, warning = await t.log_step(groups, result, stats, used, step)
             print(t.step_line(step, means, stats, used, time.perf_counter() - start, warning), flush=True)
@@ -171,7 +179,7 @@ async def train(run: config.Run, skill) -> int:
         if not t.val_results or t.val_results[-1][0] != step:
             await t.validate(step)
         await t.plot.done()
-        kept = await backends.keep_best_and_latest(t.model, step)  # ART's order: delete, then close
+        kept = await backends.keep_best_and_latest(t.model, step, t.anchor.keep())  # ART's order: delete, then close
     except asyncio.CancelledError:
         if not t.stopper.aborted:
             raise

@@ -339,11 +339,12 @@ def _rows(history: Path) -> list[dict]:
     return [row for row in read_jsonl(history) if isinstance(row, dict)]
 
 
-async def keep_best_and_latest(model, latest: int, metric: str = "val/reward") -> Kept:
-    """Delete every checkpoint but the latest step and the best, before the backend is closed (ART's own order)."""
+async def keep_best_and_latest(model, latest: int, also: set[int] = frozenset(), metric: str = "val/reward") -> Kept:
+    """Delete every checkpoint but the latest step, the best and `also` (the KL anchor's reference, which a resumed
+    run needs), before the backend is closed (ART's own order)."""
     where = Path(model._get_output_dir()).resolve()
     best = best_step(where / "history.jsonl", metric)
-    keep = sorted({latest, best[0]} if best else {latest})
+    keep = sorted(({latest, best[0]} if best else {latest}) | set(also))
     try:  # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)
         await model.backend()._delete_checkpoint_files(model, keep)
     except Exception as e:  # a backend that cannot delete (a network error, ...): the run itself is done

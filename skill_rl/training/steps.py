@@ -193,6 +193,8 @@ class Trainer:
         """Log a trained step (ART's metrics, ours, the monitor's, the judge's); its means and a warning."""
         self.totals.steps += 1
         means, (watch, warning) = step_means(groups), self.monitor.step(groups)
+        if "loss/kl_policy_ref" in result.metrics:  # the KL anchor's (training/anchor.py), by ART's name
+            means["kl"] = result.metrics["loss/kl_policy_ref"]
         await self.model.log(groups, metrics={**result.metrics, **stats.metrics(), **watch, **used.metrics("train")},
                              step=step, split="train")
         return means, warning
@@ -203,6 +205,7 @@ class Trainer:
                 f"| rollout errors {stats.rollout_errors} | dropped {stats.dropped} | no variance {stats.no_variance} "
                 f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | "
                 + (f"SKILL.md in {m['with_skill']:.0%} of prompts, {m['prompt_tokens']:.0f} prompt tokens | " if "with_skill" in m else "")
+                + (f"KL {m['kl']:.4f} | " if "kl" in m else "")
                 + f"{seconds:.2f} s"
                 + (f" | warning: {warning}" if warning else ""))
 
