@@ -12,6 +12,7 @@ reward is a weighted rubric whose judged part is itself relative (RULER ranks th
     python train_skill.py --skill git-commit --sft              # a supervised warm start first (see warmstart.py)
     python train_skill.py --skill git-commit --check            # lint the skill and its tasks
     python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
+    python train_skill.py --skill git-commit --audit            # does the configured judge pay for the skill's exploits?
     python train_skill.py --skill git-commit --tasks-from-git ../repo  # tasks from a repository's history
     python train_skill.py --skill git-commit --eval --model gpt-4.1-mini --model local=qwen@http://127.0.0.1:8000/v1
     python train_skill.py --skill git-commit --export out/      # hand on a checkpoint: adapter, merged model, card
@@ -33,6 +34,7 @@ from pathlib import Path
 from skill_rl import config, configfile, export, flags, keys, mining, progress, prompts
 from skill_rl.training import anchor, backends, warmstart
 from skill_rl.errors import Exit
+from skill_rl.scoring import audit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +70,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     j.add_argument("--no-judge-cache", action="store_true",
                    help="judge every group afresh: neither read nor write the judge cache ($XDG_CACHE_HOME/skill-rl, else ~/.cache/skill-rl)")
     j.add_argument("--judge-timeout", type=flags.number(above=0), default=60.0, help="seconds per judge try")
+    j.add_argument("--audit", action="store_true",
+                   help="the judge audit alone: the skill's exploit families and the references of --audit-tasks train tasks "
+                        "scored as one group each by the configured reward (judge included, cached); exit 2 when the reward "
+                        "does not rank the reference above a family on more than 10 %% of them (docs/scoring.md)")
+    j.add_argument("--audit-tasks", type=flags.count(0), default=8, metavar="N",
+                   help="train tasks the judge audit scores, with --audit and before every training run with a judge "
+                        "(default 8; 0: no audit before training)")
+    j.add_argument("--accept-exploits", action="store_true",
+                   help="train (or end --audit with 0) even when the judge audit finds exploit families the reward does not "
+                        "rank below the reference: they are named in a warning")
 
     e = p.add_argument_group("evaluation (--eval)")
     e.add_argument("--model", type=flags.model_spec, action="append", default=[], metavar="SPEC", help="model id at --base-url, or label=ID@URL; repeatable")
@@ -145,6 +157,7 @@ async def train(run: config.Run, skill) -> int:
 
     from skill_rl.training.steps import Trainer
 
+    await audit.guard(run.settings, skill, run.judge)  # a judge that pays for an exploit: exit 2 before anything runs
     s, t = run.settings, await Trainer.start(run, skill)
     step = 0
     try:
@@ -236,6 +249,8 @@ def run(args) -> int:
             from skill_rl import score
 
             return score.run(skill, args.score, setup.judge, args.out, resume=args.resume, quiet=args.quiet)
+        if args.audit:
+            return audit.run(skill, setup.settings, setup.judge)
         if args.eval:
             from skill_rl import evaluate
 

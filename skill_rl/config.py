@@ -49,7 +49,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     if getattr(s, "export", None) is not None:
         export_run(s, skill)
         return Run(Settings(vars(s)))
-    if s.score or s.eval:
+    if s.score or s.eval or getattr(s, "audit", False):
         presets(s, None)
         return Run(Settings(vars(s)), judge(s))
     by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
