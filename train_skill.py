@@ -128,6 +128,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--kl-ref-step", type=flags.count(0), default=None, metavar="N",
                    help="the KL anchor's reference checkpoint (default: the warm start's last step, else the base model); "
                         "with --kl-coef 0 the CPU backend measures the KL to it and changes nothing")
+    t.add_argument("--prune-collapsed", action="store_true",
+                   help="while one of the skill's categorical fields (a commit's type, a review's verdict) has been the same "
+                        "across different tasks for 3 steps, delete at each validation the checkpoints worse on it than the best")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)
