@@ -111,6 +111,7 @@ class Trainer:
         self.totals, self.val_results, self.plot = Totals(), [], Plotter()
         self.val_categories: dict = {}  # the last validation's categorical fields: value -> answers (scoring/categories.py)
         self.anchor = Anchor()  # the KL anchor, resolved after the warm start (training/anchor.py)
+        self.said_categories = False  # a failing categories() in checks.py is reported once
         self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if getattr(s, "internalize", False) else None
 
     @classmethod
@@ -137,8 +138,8 @@ class Trainer:
     def read_categories(self, outputs: list[str]) -> list[dict]:
         """Each output's categorical fields (scoring/categories.py); the reader's first failure said once."""
         rows, failure = categories.read_all(self.skill, outputs)
-        if failure and not getattr(self, "_said_categories", False):
-            self._said_categories = True
+        if failure and not self.said_categories:
+            self.said_categories = True
             print(f"warning: {self.skill.path / 'checks.py'}: categories() failed ({clean(failure)}); the collapse "
                   "monitor skips those answers", file=sys.stderr)
         return rows
@@ -254,8 +255,7 @@ class Trainer:
         return mean
 
     async def answers(self, step: int, groups) -> None:
-        """The validation's categorical fields (a commit's types, a review's verdicts), printed and logged beside
-        its reward; with --prune-collapsed, while the monitor sees a field constant, the checkpoints worse on
+        """The validation's categorical fields (a commit's types, a review's verdicts), printed beside its reward; with --prune-collapsed, while the monitor sees a field constant, the checkpoints worse on
         validation than the best are deleted (not the latest, which training goes on from, nor the KL anchor's)."""
         rows = self.read_categories([output_of(t).strip() for g in groups for t in g.trajectories])
         counts = categories.distributions(rows)
@@ -266,11 +266,11 @@ class Trainer:
             history = backends.validated(self.dir / "history.jsonl")
             best = max(history.values(), default=None)
             worse = {k for k, v in history.items() if best is not None and v < best} - {step} - self.anchor.keep()
-            kept = sorted(p for p in backends.checkpoint_steps(self.dir) if p not in worse)
-            if worse & set(backends.checkpoint_steps(self.dir)):
-                await self.backend._delete_checkpoint_files(self.model, kept)
+            present = set(backends.checkpoint_steps(self.dir))
+            if gone := sorted(worse & present):
+                await self.backend._delete_checkpoint_files(self.model, sorted(present - worse))
                 print(f"val  {step:>4} | {', '.join(self.monitor.collapsed)} collapsed: checkpoints "
-                      f"{', '.join(map(str, sorted(worse)))} (worse on validation than the best) deleted", flush=True)
+                      f"{', '.join(map(str, gone))} (worse on validation than the best) deleted", flush=True)
 
     async def close(self) -> None:
         await self.backend.close()
