@@ -75,3 +75,5 @@ def test_kl_coef_reaches_arts_train_a_resumed_run_keeps_its_reference_and_cleanu
     assert main_in_process(capfd, *run, "--steps", "4", "--kl-coef", "0.2").returncode == 0  # resumed: the same reference
     steps = [json.loads(line) for line in (run_dir / "dryrun.jsonl").read_text().splitlines()]
     assert [s["kl"] for s in steps] == [{}] + [{"kl_penalty_coef": 0.2, "kl_penalty_reference_step": 1}] * 3
+    assert main_in_process(capfd, *run, "--steps", "5", "--kl-coef", "0").returncode == 0  # the anchor off for a step
+    assert "0001" in {p.name for p in (run_dir / "checkpoints").iterdir()}  # its reference still kept for a later resume

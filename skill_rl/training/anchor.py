@@ -32,6 +32,7 @@ NO_KL = {"tinker": "ART 0.5.23's Tinker backend takes kl_penalty_coef and drops 
 class Anchor:
     coef: float = 0.0  # 0: no penalty (with a reference, the CPU backend still measures the KL to it)
     reference: int | None = None  # checkpoint step; None: the base model
+    held: int | None = None  # a reference the run recorded but does not use now (--kl-coef 0): kept all the same
 
     @property
     def active(self) -> bool:
@@ -43,7 +44,7 @@ class Anchor:
 
     def keep(self) -> set[int]:
         """The checkpoint steps the run needs beside the best and the latest."""
-        return {self.reference} if self.active and self.reference else set()
+        return {step for step in (self.reference if self.active else None, self.held) if step}
 
     def describe(self) -> str:
         ref = f"checkpoint {self.reference}" if self.reference else "the base model"
@@ -85,8 +86,8 @@ def resolve(s, model, backend, step: int) -> Anchor:
         reference = given if given is not None else warm
     reference = reference or None  # step 0 is the base model
     anchor = Anchor(s.kl_coef, reference) if s.kl_coef > 0 or given is not None else Anchor()
-    if not anchor.active:
-        return anchor
+    if not anchor.active:  # a recorded reference stays on disk: the run may be resumed with its anchor again
+        return Anchor(held=reference if isinstance(recorded, dict) else None)
     if reference and reference > step:
         raise Exit(2, f"--kl-ref-step {reference}: run {s.run_name} has {step} step(s) so far; the reference must be one of them")
     folder = Path(model._get_output_dir()) / "checkpoints" / f"{reference or 0:04d}"
