@@ -12,6 +12,7 @@ reward is a weighted rubric whose judged part is itself relative (RULER ranks th
     python train_skill.py --skill git-commit --sft              # a supervised warm start first (see warmstart.py)
     python train_skill.py --skill git-commit --check            # lint the skill and its tasks
     python train_skill.py --skill git-commit --score out.jsonl  # score given outputs
+    python train_skill.py --skill git-commit --audit            # does the configured judge pay for the skill's exploits?
     python train_skill.py --skill git-commit --tasks-from-git ../repo  # tasks from a repository's history
     python train_skill.py --skill git-commit --eval --model gpt-4.1-mini --model local=qwen@http://127.0.0.1:8000/v1
     python train_skill.py --skill git-commit --export out/      # hand on a checkpoint: adapter, merged model, card
@@ -31,8 +32,9 @@ import time
 from pathlib import Path
 
 from skill_rl import config, configfile, export, flags, keys, mining, progress, prompts
-from skill_rl.training import backends, warmstart
+from skill_rl.training import anchor, backends, warmstart
 from skill_rl.errors import Exit
+from skill_rl.scoring import audit
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +70,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     j.add_argument("--no-judge-cache", action="store_true",
                    help="judge every group afresh: neither read nor write the judge cache ($XDG_CACHE_HOME/skill-rl, else ~/.cache/skill-rl)")
     j.add_argument("--judge-timeout", type=flags.number(above=0), default=60.0, help="seconds per judge try")
+    j.add_argument("--audit", action="store_true",
+                   help="the judge audit alone: the skill's exploit families and the references of --audit-tasks train tasks "
+                        "scored as one group each by the configured reward (judge included, cached); exit 2 when the reward "
+                        "does not rank the reference above a family on more than 10 %% of them (docs/scoring.md)")
+    j.add_argument("--audit-tasks", type=flags.count(0), default=8, metavar="N",
+                   help="train tasks the judge audit scores, with --audit and before every training run with a judge "
+                        "(default 8; 0: no audit before training)")
+    j.add_argument("--accept-exploits", action="store_true",
+                   help="train (or end --audit with 0) even when the judge audit finds exploit families the reward does not "
+                        "rank below the reference: they are named in a warning")
 
     e = p.add_argument_group("evaluation (--eval)")
     e.add_argument("--model", type=flags.model_spec, action="append", default=[], metavar="SPEC", help="model id at --base-url, or label=ID@URL; repeatable")
@@ -110,6 +122,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     t.add_argument("--internalize-floor", type=flags.number(minimum=0, maximum=1), default=None, metavar="F",
                    help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default {prompts.WARM_FLOOR:g} "
                         f"after a warm start: every RL step; {prompts.DEFAULT_FLOOR:g} without one)")
+    t.add_argument("--kl-coef", type=flags.number(minimum=0), default=None, metavar="F",
+                   help="KL anchor: each sampled token's advantage is lowered by F x its KL to the reference (ART's "
+                        f"kl_penalty_coef; default {anchor.DEFAULT_COEF:g} after a warm start, else 0; docs/cpu-learning.md)")
+    t.add_argument("--kl-ref-step", type=flags.count(0), default=None, metavar="N",
+                   help="the KL anchor's reference checkpoint (default: the warm start's last step, else the base model); "
+                        "with --kl-coef 0 the CPU backend measures the KL to it and changes nothing")
+    t.add_argument("--prune-collapsed", action="store_true",
+                   help="while one of the skill's categorical fields (a commit's type, a review's verdict) has been the same "
+                        "across different tasks for 3 steps, delete at each validation the checkpoints worse on it than the best")
     warmstart.add_arguments(p)
     mining.add_arguments(p)
     backends.add_arguments(p)
@@ -139,6 +160,7 @@ async def train(run: config.Run, skill) -> int:
 
     from skill_rl.training.steps import Trainer
 
+    await audit.guard(run.settings, skill, run.judge)  # a judge that pays for an exploit: exit 2 before anything runs
     s, t = run.settings, await Trainer.start(run, skill)
     step = 0
     try:
@@ -149,7 +171,9 @@ async def train(run: config.Run, skill) -> int:
         step, last = await t.model.get_step(), s.steps + warm.steps  # the warm start's checkpoints count as steps
         if warm.trained:
             await t.validate(step)
-        print(f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}", flush=True)
+        t.anchor = anchor.resolve(s, t.model, t.backend, step)  # kept on resume
+        print(f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}"
+              + (f"; {t.anchor.describe()}" if t.anchor.active else ""), flush=True)
         for batch in iterate_dataset(t.train_tasks, s.groups_per_step, t.epochs(), initial_step=step - warm.steps, use_tqdm=False):
             if step >= last or t.stop.is_set():
                 break
@@ -159,7 +183,7 @@ async def train(run: config.Run, skill) -> int:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue
             with t.stopper.shielded():  # a step is trained and logged whole, or not at all
-                result = await t.backend.train(t.model, groups, learning_rate=s.learning_rate)
+                result = await t.backend.train(t.model, groups, learning_rate=s.learning_rate, **t.anchor.kwargs())
                 step = result.step
                 means, warning = await t.log_step(groups, result, stats, used, step)
             print(t.step_line(step, means, stats, used, time.perf_counter() - start, warning), flush=True)
@@ -171,7 +195,7 @@ async def train(run: config.Run, skill) -> int:
         if not t.val_results or t.val_results[-1][0] != step:
             await t.validate(step)
         await t.plot.done()
-        kept = await backends.keep_best_and_latest(t.model, step)  # ART's order: delete, then close
+        kept = await backends.keep_best_and_latest(t.model, step, t.anchor.keep())  # ART's order: delete, then close
     except asyncio.CancelledError:
         if not t.stopper.aborted:
             raise
@@ -228,6 +252,8 @@ def run(args) -> int:
             from skill_rl import score
 
             return score.run(skill, args.score, setup.judge, args.out, resume=args.resume, quiet=args.quiet)
+        if args.audit:
+            return audit.run(skill, setup.settings, setup.judge)
         if args.eval:
             from skill_rl import evaluate
 

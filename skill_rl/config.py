@@ -49,7 +49,7 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
     if getattr(s, "export", None) is not None:
         export_run(s, skill)
         return Run(Settings(vars(s)))
-    if s.score or s.eval:
+    if s.score or s.eval or getattr(s, "audit", False):
         presets(s, None)
         return Run(Settings(vars(s)), judge(s))
     by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
@@ -68,12 +68,22 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
         s.internalize_floor = default_floor(sft is not None)
     plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
     s.backend, s.base_model = plan.kind, plan.base_model
+    kl_anchor(s, sft is not None)
     s.run_name = s.run_name or run_name(skill, s.base_model)
     notes = (cache,) if cache else ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
         notes += (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
         s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
     return Run(Settings(vars(s)), judge(s), plan, sft, notes)
+
+
+def kl_anchor(s: argparse.Namespace, warm_start: bool) -> None:
+    """--kl-coef: refused where the backend ignores it; left out, its default (training/anchor.py)."""
+    from skill_rl.training import anchor
+
+    anchor.check_flags(s)
+    if s.kl_coef is None:
+        s.kl_coef = anchor.default_coef(s.backend, warm_start)
 
 
 def internalize(s: argparse.Namespace) -> None:

@@ -107,6 +107,7 @@ class DryRunBackend:
             "task_ids": [g.trajectories[0].metadata.get("task_id") for g in groups if g.trajectories],
             "rewards": rewards,
             "system": [g.trajectories[0].messages_and_choices[0]["content"] for g in groups[:1] if g.trajectories],
+            "kl": {k: v for k, v in kwargs.items() if k.startswith("kl_")},  # the KL anchor, as ART's train takes it
         }
         self._checkpoint(model, step).mkdir(parents=True, exist_ok=True)  # first: a crash before the log line retrains it
         with self._log(model).open("a") as f:  # one line per step, appended whole: the step counter

@@ -3,7 +3,7 @@
 It answers `POST /v1/chat/completions` for two kinds of caller:
   - the judge (RULER's prompt, recognised by "Grading standards"): it reads the candidates out of
     the `<trajectory id="k">` blocks, exactly as a real judge would receive them, and scores them
-    with `judge_fn(texts) -> scores`;
+    with `judge_fn(texts) -> scores` (or `judge_fn(texts, prompt)`, for a judge that reads the task too);
   - the policy (anything else): `policy_fn(request) -> str`, where request is the JSON body; with
     per-token logprobs when the request asks for them, as vLLM and OpenAI answer.
 Faults can be queued per caller to make the next calls misbehave (see FAULTS). Every answer reports
@@ -15,6 +15,7 @@ whose count is its logprobs' (as ART checks). The server keeps what it reported 
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import re
 import threading
@@ -30,6 +31,7 @@ FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "
           "trickle",  # a normal answer sent one byte every `trickle_delay` seconds
           "redirect")  # 307 to /v1/redirected/..., which answers normally
 TOKEN = re.compile(r"\s*\S+|\s+")  # this server's tokens: words with the spaces before them
+CONTEXT = re.compile(r"<context>\n(.*?)\n</context>", re.S)
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
 
@@ -41,6 +43,13 @@ def candidates(judge_prompt: str) -> list[str]:
         text = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "assistant"), "")
         out.append(html.unescape(text))
     return out
+
+
+def context_input(judge_prompt: str) -> str:
+    """The task's input as the judge sees it: the last user message of a RULER prompt's <context> block."""
+    m = CONTEXT.search(judge_prompt)
+    messages = json.loads(m[1]) if m else []
+    return next((msg.get("content") or "" for msg in reversed(messages) if msg.get("role") == "user"), "")
 
 
 def token_logprobs(tokens: list[str]) -> dict:
@@ -137,7 +146,8 @@ class FakeOpenAI:
         texts = candidates(prompt)
         with self._lock:
             self.judge_prompts.append(prompt)
-        scores = list(self.judge_fn(texts))
+        takes_prompt = len(inspect.signature(self.judge_fn).parameters) > 1  # judge_fn(texts, prompt): sees the context
+        scores = list(self.judge_fn(texts, prompt) if takes_prompt else self.judge_fn(texts))
         if fault == "wrong-count":
             scores = scores[:-1] if len(scores) > 1 else [*scores, 0.5]
         if fault == "out-of-range":

@@ -311,3 +311,30 @@ def test_prompts_decoded_together_compute_their_shared_start_once_with_the_same_
     for a, b in zip(together, alone):
         assert a.token_ids == b.token_ids
         assert all(abs(x - y) < 1e-3 for x, y in zip(a.logprobs, b.logprobs))
+
+
+def test_the_kl_anchor_is_measured_applied_kept_through_cleanup_and_resumed(tmp_path, monkeypatch, capsys):
+    """After a warm start (step 1), --kl-coef anchors RL to that checkpoint: each step logs ART's
+    loss/kl_policy_ref (0 on the first step, where the policy is the reference), the step line says it, the
+    reference checkpoint survives the end-of-run cleanup, and a resumed run keeps it (another one is refused)."""
+    import train_skill
+
+    skills = shout_skill(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "2", "--sft", "--kl-coef", "0.5", *TINY_RUN]) == 0
+    out = capsys.readouterr().out
+    assert "KL anchor: coefficient 0.5 to checkpoint 1" in out
+    run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
+    kl = {h["step"]: h["loss/kl_policy_ref"] for h in history(run_dir) if "loss/kl_policy_ref" in h}
+    assert sorted(kl) == [2, 3] and abs(kl[2]) < 0.05 and kl[3] != kl[2]
+    assert "| KL " in out and json.loads((run_dir / "state.json").read_text())["skill_rl_kl_anchor"] == {"coef": 0.5, "reference": 1}
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert "0001" in kept and "0003" in kept  # the anchor's reference, beside the best and the latest
+
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "3", "--sft", "--kl-coef", "0.5", "--kl-ref-step", "2",
+                             *TINY_RUN]) == 2
+    assert "anchored to step 1" in capsys.readouterr().err
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "3", "--sft", "--kl-coef", "0.5", *TINY_RUN]) == 0
+    assert "KL anchor: coefficient 0.5 to checkpoint 1" in capsys.readouterr().out
+    assert 4 in {h["step"] for h in history(run_dir) if "loss/kl_policy_ref" in h}

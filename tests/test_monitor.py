@@ -90,3 +90,62 @@ def test_a_policy_that_starts_answering_one_constant_message_is_flagged(tmp_path
     assert train[1]["train/monitor/collapse"] == 0.0 and train[2]["train/monitor/collapse"] == 1.0
     assert train[1]["train/monitor/judge_skipped"] == 0 and train[2]["train/monitor/judge_skipped"] == 2
     assert "train/monitor/gap/correctness" in train[1] and train[2]["train/monitor/length_change"] < 0
+
+
+def git_commit_types():
+    from skill_rl.scoring import categories
+    from skill_rl.skills import find_skill, load_skill, skill_dirs
+
+    skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
+    return lambda outputs: categories.read_all(skill, outputs)[0]
+
+
+def test_a_categorical_field_constant_across_tasks_for_three_steps_is_named_and_resumed(tmp_path):
+    from skill_rl.training.monitor import CONSTANT_STEPS, Monitor
+
+    monitor = Monitor(read=git_commit_types())
+    varied = [group("a", ["feat: add x", "fix: y"]), group("b", ["docs: z", "feat: w"])]
+    same = [group("a", ["feat: add x", "feat: y"]), group("b", ["feat: z", "feat(api): w"])]
+    one_task = [group("a", ["feat: add x", "feat: y"])]  # one task answered alike: no sign of collapse
+    metrics, warning = monitor.step(varied)
+    assert metrics["monitor/distinct/type"] == 3 and metrics["monitor/constant/type"] == 0 and warning is None
+    assert monitor.step(one_task)[0]["monitor/constant/type"] == 0
+    for n in range(1, CONSTANT_STEPS):
+        metrics, warning = monitor.step(same)
+        assert metrics["monitor/constant/type"] == n and warning is None and not monitor.collapsed
+    metrics, warning = monitor.step(same)
+    assert "every answer's type is 'feat' across 2 different tasks, 3 steps in a row" in warning and monitor.collapsed == ["type"]
+    assert monitor.step(varied)[0]["monitor/constant/type"] == 0 and not monitor.collapsed  # it varies again: reset
+
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps({"step": 4, "train/monitor/constant/type": CONSTANT_STEPS - 1}) + "\n")
+    resumed = Monitor.resume(history, git_commit_types())
+    assert resumed.constant == {"type": CONSTANT_STEPS - 1} and "3 steps in a row" in resumed.step(same)[1]
+
+
+def test_a_run_whose_answers_collapse_to_one_type_says_so_and_prunes_worse_checkpoints(tmp_path, monkeypatch, capsys):
+    skills = small_git_commit(tmp_path, train=4, val=2)
+
+    def policy(request):  # always `feat`; from the second checkpoint on, a header commitlint refuses (worse on validation)
+        limit = re.search(r"\+LIMIT = (\d+)", request["messages"][-1]["content"])[1]
+        step = int(request["model"].rsplit("@", 1)[1])
+        return f"feat(app): raise LIMIT to {limit}" if step < 2 else f"feat: Raise LIMIT to {limit}."
+
+    with FakeOpenAI(policy_fn=policy) as server:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+        monkeypatch.delenv("WANDB_API_KEY", raising=False)
+        code = train_skill.main([
+            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+            "--judge-base-url", server.url, "--judge-api-key", "sk-test", "--steps", "3", "--groups-per-step", "2",
+            "--rollouts-per-group", "2", "--eval-every", "1", "--prune-collapsed"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = {int(m[1]): m[0] for m in re.finditer(r"^step +(\d+) \|.*$", out, re.M)}
+    assert "type" not in lines[2] and "every answer's type is 'feat' across 2 different tasks, 3 steps in a row" in lines[3]
+    assert re.search(r"^val +1 \| answers: type: feat 4$", out, re.M)  # 2 val tasks x 2 answers
+    assert re.search(r"^val +3 \| type collapsed: checkpoints 2 \(worse on validation than the best\) deleted$", out, re.M)
+    assert "warning: the last validation's answers collapsed to one type: 'feat' in all 4 of them" in out
+    history = [json.loads(line) for line in next((tmp_path / ".art").rglob("history.jsonl")).read_text().splitlines()]
+    val = {row["step"]: row["val/reward"] for row in history if "val/reward" in row}
+    assert val[2] < val[1] and val[3] < val[1]

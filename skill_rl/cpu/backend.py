@@ -8,12 +8,22 @@ import asyncio
 import concurrent.futures
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from skill_rl.errors import Exit
 from skill_rl.cpu.weights import TINY_MODEL
 from skill_rl.cpu.policy import Policy
 from skill_rl.cpu.server import Server
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The KL anchor of a training step: its coefficient (0: measured only) and the reference's adapter weights
+    (None: the base model without LoRA)."""
+
+    coef: float
+    adapter: dict | None
 
 
 def _next(mask):
@@ -34,6 +44,7 @@ class CPUBackend:
         self.policy: Policy | None = None
         self.server: Server | None = None
         self.model_name: str | None = None
+        self._anchor_weights: tuple[Path | None, dict | None] = (None, None)  # the KL reference's folder, its adapter
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
@@ -78,16 +89,39 @@ class CPUBackend:
     async def exact_adapter_lease(self, model, step: int):
         yield
 
-    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5, **kwargs):
+    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5, kl_penalty_coef: float = 0.0,
+                    kl_penalty_reference_step: int | None = None, kl_ref_adapter_path: str | None = None, **kwargs):
+        """One RL step. The KL anchor takes LocalBackend's arguments: `kl_penalty_coef` > 0 adjusts each token's
+        advantage by its KL to the reference, the checkpoint of `kl_penalty_reference_step` or the adapter at
+        `kl_ref_adapter_path` (neither, or step 0: the base model without LoRA). A reference given with the
+        coefficient at 0 is measured (`loss/kl_policy_ref`) and changes nothing."""
         from art.types import TrainResult
 
         groups = list(trajectory_groups)
         step = await self._get_step(model) + 1
-        metrics = await self._run(self._train_step, groups, learning_rate)
+        anchor = None
+        if kl_penalty_coef > 0 or kl_penalty_reference_step is not None or kl_ref_adapter_path is not None:
+            anchor = Anchor(kl_penalty_coef, await self._run(self._reference, model, kl_penalty_reference_step, kl_ref_adapter_path))
+        metrics = await self._run(self._train_step, groups, learning_rate, anchor)
         await self._run(self.policy.save, self._checkpoint(model, step))
         return TrainResult(step=step, metrics=metrics)
 
-    def _train_step(self, groups, learning_rate: float) -> dict[str, float]:
+    def _reference(self, model, step: int | None, path: str | None) -> dict | None:
+        """The KL reference's adapter weights (None: the base model), read once per folder and kept."""
+        from safetensors.torch import load_file
+
+        from skill_rl.cpu.weights import checkpoint_problem
+
+        folder = Path(path) if path is not None else self._checkpoint(model, step) if step else None
+        if folder is None:
+            return None
+        if self._anchor_weights[0] != folder:
+            if problem := checkpoint_problem(folder):
+                raise Exit(2, f"the KL anchor's reference {folder}: {problem}")
+            self._anchor_weights = (folder, load_file(str(folder / "adapter_model.safetensors")))
+        return self._anchor_weights[1]
+
+    def _train_step(self, groups, learning_rate: float, anchor: Anchor | None = None) -> dict[str, float]:
         """ART's tokenization, advantages, packing and loss; this module's forward/backward on CPU."""
         from art.preprocessing.pack import packed_tensors_from_tokenized_results
         from art.preprocessing.tokenize import tokenize_trajectory_groups
@@ -108,25 +142,41 @@ class CPUBackend:
         tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
         if not tokens:  # every group scored alike: no advantage, no gradient; the step still counts
             return {"loss/train": 0.0, "cpu/trained_trajectories": 0.0, "cpu/train_s": time.perf_counter() - started}
-        metrics = self.policy.step(learning_rate, (self._loss(prefix, packed, tokens) for prefix, packed in parts))
+        kl = [0.0]  # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
+        metrics = self.policy.step(learning_rate, (self._loss(prefix, packed, tokens, anchor, kl) for prefix, packed in parts))
+        if anchor is not None:  # ART's name (unsloth/train.py), a mean over the step's trained tokens
+            metrics["loss/kl_policy_ref"] = kl[0] / tokens
         return {**metrics, "cpu/trained_trajectories": float(len(results)), "cpu/trained_tokens": float(tokens),
                 "cpu/train_s": time.perf_counter() - started}
 
-    def _loss(self, prefix: list[int], packed, tokens: int):
+    def _loss(self, prefix: list[int], packed, tokens: int, anchor: Anchor | None = None, kl: list | None = None):
         """ART's policy loss for one group's rows after their shared prefix, summed, over all the step's tokens.
 
         ART packs a batch once and normalizes weights and advantages over it; here each group is packed
-        and normalized by itself, so that its prompt is computed once (as ART's prefix-tree packing does)."""
+        and normalized by itself, so that its prompt is computed once (as ART's prefix-tree packing does).
+        With an anchor, the reference's logprobs of the same tokens go to ART's loss, which adds
+        coef x (the group's mean KL - the token's KL) to each token's advantage, the token's KL being the
+        learner's logprob minus the reference's (LocalBackend's default, kl_penalty_source="current_learner");
+        ART centres the penalty over its packed batch, this over the group."""
         import torch
         from art.loss import LossInputs, loss_fn
 
         keys = ("tokens", "group_ids", "input_pos", "assistant_mask", "logprobs", "advantages", "weights")
         part = {k: packed[k] for k in keys}
         rows = part["tokens"].shape[0]
-        cache = self.policy.prefix_cache(torch.tensor([prefix]), rows)
         mask = torch.cat([torch.ones(rows, len(prefix), dtype=torch.long), (part["group_ids"] >= 0).long()], 1)
-        new = self.policy.token_logprobs(part["tokens"], mask, part["input_pos"], _next(part["assistant_mask"].bool()), cache)
-        return loss_fn(LossInputs(inputs=part), new, None, None, {}, reduction="sum").policy_loss / tokens
+        needed = _next(part["assistant_mask"].bool())
+        ref = None
+        if anchor is not None:
+            with torch.no_grad(), self.policy.weights_of(anchor.adapter):
+                ref_cache = self.policy.prefix_cache(torch.tensor([prefix]), rows)
+                ref = self.policy.token_logprobs(part["tokens"], mask, part["input_pos"], needed, ref_cache)
+        cache = self.policy.prefix_cache(torch.tensor([prefix]), rows)
+        new = self.policy.token_logprobs(part["tokens"], mask, part["input_pos"], needed, cache)
+        if ref is not None and kl is not None:
+            kl[0] += float(((new.detach() - ref) * needed).sum())
+        config = {"kl_penalty_coef": anchor.coef} if anchor is not None and anchor.coef > 0 else {}
+        return loss_fn(LossInputs(inputs=part), new, ref, None, config, reduction="sum").policy_loss / tokens
 
     async def _train_sft(self, model, trajectories, config, dev_config, verbose: bool = False):
         """Supervised fine-tuning as LocalBackend batches it (ART's tokenizer and batch size), one AdamW step a batch."""

@@ -181,6 +181,25 @@ class Policy:
             with self.model.disable_adapter():
                 yield
 
+    @contextmanager
+    def weights_of(self, adapter: dict | None):
+        """The model with another adapter's weights for a while (the KL anchor's reference: a state dict as a
+        checkpoint's adapter_model.safetensors holds it), or with no adapter at all (None: the base model). The
+        trained weights are copied back in place afterwards, so the optimizer's parameters stay the same tensors.
+        The caller holds the lock (it is not reentrant) and computes under torch.no_grad()."""
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+        if adapter is None:
+            with self.model.disable_adapter():
+                yield
+            return
+        own = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
+        set_peft_model_state_dict(self.model, adapter)
+        try:
+            yield
+        finally:
+            set_peft_model_state_dict(self.model, own)
+
     def token_logprobs(self, tokens, attention_mask, position_ids, needed, cache=None):
         """log p(tokens[:, t+1] | prefix, tokens[:, :t+1]) at column t, computed only where `needed` (else 0).
 

@@ -325,12 +325,23 @@ def best_step(history: Path, metric: str = "val/reward") -> tuple[int, float] | 
     On equal means ART's pick is arbitrary (a polars group_by, then an unstable sort); this takes the
     latest of them, and keep_best_and_latest hands the pick to the backend so that the printed step is kept.
     Step 0 (the base model's validation before a warm start) is no checkpoint, so never the pick."""
+    means = validated(history, metric)
+    return max(means.items(), key=lambda kv: (kv[1], kv[0])) if means else None
+
+
+def validated(history: Path, metric: str = "val/reward") -> dict[int, float]:
+    """Each validated checkpoint step's mean `metric` (step 0, the base model, left out), as best_step reads them."""
     sums: dict[int, list[float]] = {}
     for row in _rows(history):
         if isinstance(row.get(metric), (int, float)) and isinstance(row.get("step"), int) and row["step"] > 0:
             sums.setdefault(row["step"], []).append(float(row[metric]))
-    means = {step: sum(v) / len(v) for step, v in sums.items()}
-    return max(means.items(), key=lambda kv: (kv[1], kv[0])) if means else None
+    return {step: sum(v) / len(v) for step, v in sums.items()}
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The numbered checkpoint folders of a run on this machine."""
+    folder = run_dir / "checkpoints"
+    return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()) if folder.is_dir() else []
 
 
 def _rows(history: Path) -> list[dict]:
@@ -339,11 +350,12 @@ def _rows(history: Path) -> list[dict]:
     return [row for row in read_jsonl(history) if isinstance(row, dict)]
 
 
-async def keep_best_and_latest(model, latest: int, metric: str = "val/reward") -> Kept:
-    """Delete every checkpoint but the latest step and the best, before the backend is closed (ART's own order)."""
+async def keep_best_and_latest(model, latest: int, also: set[int] = frozenset(), metric: str = "val/reward") -> Kept:
+    """Delete every checkpoint but the latest step, the best and `also` (the KL anchor's reference, which a resumed
+    run needs), before the backend is closed (ART's own order)."""
     where = Path(model._get_output_dir()).resolve()
     best = best_step(where / "history.jsonl", metric)
-    keep = sorted({latest, best[0]} if best else {latest})
+    keep = sorted(({latest, best[0]} if best else {latest}) | set(also))
     try:  # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)
         await model.backend()._delete_checkpoint_files(model, keep)
     except Exception as e:  # a backend that cannot delete (a network error, ...): the run itself is done

@@ -14,14 +14,22 @@ groups and move early when a policy finds a blind spot:
   monitor/judge_duplicates     outputs that shared an identical output's judgement (not sent to the judge)
   monitor/judge_skipped        groups not judged at all: every output identical, nothing to rank
 
-It warns, in the step line, when collapse exceeds COLLAPSE (20 %) or a gap has moved more than GAP
-(0.25) since the first step. "First step" is the run's first logged step: a resumed run reads it back
-from the run's history.
+  monitor/distinct/<field>     distinct values of one of the skill's categorical fields (a commit's type, a
+                               review's verdict: scoring/categories.py) over the step's answers
+  monitor/constant/<field>     consecutive steps, this one included, whose answers to different tasks took one
+                               value of the field (at least CONSTANT_SHARE of them): 0 when they varied
+
+It warns, in the step line, when collapse exceeds COLLAPSE (20 %), a gap has moved more than GAP
+(0.25) since the first step, or a categorical field has been constant across different tasks for
+CONSTANT_STEPS steps. "First step" is the run's first logged step: a resumed run reads it back, and the
+constant fields' counts, from the run's history.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +37,8 @@ from skill_rl.training.trajectories import output_of
 
 COLLAPSE = 0.20
 GAP = 0.25
+CONSTANT_SHARE = 0.9  # a field is constant in a step when one value covers this share of the answers to 2+ tasks
+CONSTANT_STEPS = 3  # ... and the step line says so once it has been for this many steps in a row
 PREFIX = "monitor/"
 
 
@@ -60,15 +70,38 @@ def gaps(trajectories) -> dict[str, float]:
     return out
 
 
+def constant_fields(groups, read) -> dict[str, tuple[int, tuple[str, int] | None]]:
+    """Per categorical field (read: outputs -> each one's fields, scoring/categories.py): its distinct values, and
+    (its one value, the number of different tasks that got it) when at least CONSTANT_SHARE of the answers to 2+
+    tasks took that value, else None."""
+    pairs = [(g.trajectories[0].metadata.get("task_id"), _output(t)) for g in groups for t in g.trajectories]
+    rows = read([text for _, text in pairs])
+    out: dict[str, tuple[str, int] | None] = {}
+    for name in {k for row in rows for k in row}:
+        seen = [(task, row.get(name)) for (task, _), row in zip(pairs, rows) if row.get(name) is not None]
+        top = Counter(v for _, v in seen).most_common(1)
+        tasks = {task for task, v in seen if top and v == top[0][0]}
+        steady = bool(top) and len(tasks) > 1 and top[0][1] >= CONSTANT_SHARE * len(seen)
+        out[name] = (len({v for _, v in seen}), (top[0][0], len(tasks)) if steady else None)
+    return out
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "field"
+
+
 @dataclass
 class Monitor:
     first_length: float | None = None
     first_gap: dict[str, float] = field(default_factory=dict)
+    read: object = None  # the skill's categorical fields' reader (outputs -> rows), None: it declares none
+    constant: dict[str, int] = field(default_factory=dict)  # per field: steps in a row it has been constant
 
     @classmethod
-    def resume(cls, history: Path) -> Monitor:
-        """A monitor whose baseline is the earliest monitored training step in a run's history.jsonl, if any."""
-        monitor = cls()
+    def resume(cls, history: Path, read=None) -> Monitor:
+        """A monitor whose baseline is the earliest monitored training step in a run's history.jsonl, if any, and
+        whose constant fields' counts are the last logged step's."""
+        monitor = cls(read=read)
         for line in history.read_text().splitlines() if history.exists() else []:
             row = json.loads(line)
             if monitor.first_length is None and f"train/{PREFIX}length" in row:
@@ -76,7 +109,14 @@ class Monitor:
             for key, value in row.items():
                 if key.startswith(f"train/{PREFIX}gap/"):
                     monitor.first_gap.setdefault(key.rsplit("/", 1)[1], value)
+                if key.startswith(f"train/{PREFIX}constant/"):
+                    monitor.constant[key.rsplit("/", 1)[1]] = int(value)
         return monitor
+
+    @property
+    def collapsed(self) -> list[str]:
+        """The fields constant across different tasks for CONSTANT_STEPS steps in a row, as of the last step."""
+        return [k for k, n in self.constant.items() if n >= CONSTANT_STEPS]
 
     def step(self, groups) -> tuple[dict[str, float], str | None]:
         """The step's monitor metrics (for model.log) and a warning, or None when nothing fired."""
@@ -93,11 +133,19 @@ class Monitor:
         for d, gap in gaps(trajectories).items():
             self.first_gap.setdefault(d, gap)
             metrics[f"gap/{d}"], metrics[f"gap_change/{d}"] = gap, gap - self.first_gap[d]
-        return {PREFIX + k: float(v) for k, v in metrics.items()}, self.warning(metrics)
+        steady = []
+        for name, (distinct, one) in sorted((constant_fields(groups, self.read) if self.read else {}).items()):
+            key = _key(name)
+            self.constant[key] = self.constant.get(key, 0) + 1 if one else 0
+            metrics[f"distinct/{key}"], metrics[f"constant/{key}"] = distinct, self.constant[key]
+            if one and self.constant[key] >= CONSTANT_STEPS:
+                steady.append(f"every answer's {name} is {one[0]!r} across {one[1]} different tasks, "
+                              f"{self.constant[key]} steps in a row")
+        return {PREFIX + k: float(v) for k, v in metrics.items()}, self.warning(metrics, steady)
 
     @staticmethod
-    def warning(metrics: dict[str, float]) -> str | None:
-        fired = []
+    def warning(metrics: dict[str, float], steady: list[str] = ()) -> str | None:
+        fired = list(steady)
         if metrics["collapse"] > COLLAPSE:
             fired.append(f"{metrics['collapse']:.0%} of outputs are identical across different tasks (> {COLLAPSE:.0%})")
         for key, change in metrics.items():

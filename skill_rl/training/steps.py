@@ -25,10 +25,13 @@ from skill_rl.runlock import RunLock, Stopper
 from skill_rl.scoring.reward import Scorer
 from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.training import backends
+from skill_rl.training.anchor import Anchor
 from skill_rl.training.monitor import Monitor
 from skill_rl.training.plots import PLOT_NAME, Plotter
 from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
-from skill_rl.training.trajectories import penalise_repeats
+from skill_rl.training.trajectories import output_of, penalise_repeats
+from skill_rl.scoring import categories
+from skill_rl.console import clean
 
 FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")  # exit 1 if any
 
@@ -106,6 +109,9 @@ class Trainer:
         self.scorer = Scorer(skill, run.judge)
         self.temperature = 1.0 if s.temperature is None else s.temperature
         self.totals, self.val_results, self.plot = Totals(), [], Plotter()
+        self.val_categories: dict = {}  # the last validation's categorical fields: value -> answers (scoring/categories.py)
+        self.anchor = Anchor()  # the KL anchor, resolved after the warm start (training/anchor.py)
+        self.said_categories = False  # a failing categories() in checks.py is reported once
         self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if getattr(s, "internalize", False) else None
 
     @classmethod
@@ -123,11 +129,20 @@ class Trainer:
             raise
         configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
         await backends.register(t.model, t.backend, t.kind)
-        t.monitor = Monitor.resume(t.dir / "history.jsonl")  # reward-hacking signs, per step
+        t.monitor = Monitor.resume(t.dir / "history.jsonl", t.read_categories if categories.reader(skill) else None)
         t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
         t.stop = t.stopper.requested
         quiet_failed_rollouts(asyncio.get_running_loop())
         return t
+
+    def read_categories(self, outputs: list[str]) -> list[dict]:
+        """Each output's categorical fields (scoring/categories.py); the reader's first failure said once."""
+        rows, failure = categories.read_all(self.skill, outputs)
+        if failure and not self.said_categories:
+            self.said_categories = True
+            print(f"warning: {self.skill.path / 'checks.py'}: categories() failed ({clean(failure)}); the collapse "
+                  "monitor skips those answers", file=sys.stderr)
+        return rows
 
     def record_fade(self) -> None:
         """--internalize: the schedule in the run's state (its config.yaml has the flags). A run begun with it and
@@ -193,6 +208,8 @@ class Trainer:
         """Log a trained step (ART's metrics, ours, the monitor's, the judge's); its means and a warning."""
         self.totals.steps += 1
         means, (watch, warning) = step_means(groups), self.monitor.step(groups)
+        if "loss/kl_policy_ref" in result.metrics:  # the KL anchor's (training/anchor.py), by ART's name
+            means["kl"] = result.metrics["loss/kl_policy_ref"]
         await self.model.log(groups, metrics={**result.metrics, **stats.metrics(), **watch, **used.metrics("train")},
                              step=step, split="train")
         return means, warning
@@ -203,6 +220,7 @@ class Trainer:
                 f"| rollout errors {stats.rollout_errors} | dropped {stats.dropped} | no variance {stats.no_variance} "
                 f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | "
                 + (f"SKILL.md in {m['with_skill']:.0%} of prompts, {m['prompt_tokens']:.0f} prompt tokens | " if "with_skill" in m else "")
+                + (f"KL {m['kl']:.4f} | " if "kl" in m else "")
                 + f"{seconds:.2f} s"
                 + (f" | warning: {warning}" if warning else ""))
 
@@ -233,7 +251,26 @@ class Trainer:
               f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
               + f" | {time.perf_counter() - started:.1f} s", flush=True)
         self.val_results.append((step, groups))
+        await self.answers(step, groups)
         return mean
+
+    async def answers(self, step: int, groups) -> None:
+        """The validation's categorical fields (a commit's types, a review's verdicts), printed beside its reward; with --prune-collapsed, while the monitor sees a field constant, the checkpoints worse on
+        validation than the best are deleted (not the latest, which training goes on from, nor the KL anchor's)."""
+        rows = self.read_categories([output_of(t).strip() for g in groups for t in g.trajectories])
+        counts = categories.distributions(rows)
+        self.val_categories = counts
+        if counts:
+            print(clean(f"val  {step:>4} | answers: {categories.describe(counts)}"), flush=True)
+        if self.s.prune_collapsed and self.monitor.collapsed and step:
+            history = backends.validated(self.dir / "history.jsonl")
+            best = max(history.values(), default=None)
+            worse = {k for k, v in history.items() if best is not None and v < best} - {step} - self.anchor.keep()
+            present = set(backends.checkpoint_steps(self.dir))
+            if gone := sorted(worse & present):
+                await self.backend._delete_checkpoint_files(self.model, sorted(present - worse))
+                print(f"val  {step:>4} | {', '.join(self.monitor.collapsed)} collapsed: checkpoints "
+                      f"{', '.join(map(str, gone))} (worse on validation than the best) deleted", flush=True)
 
     async def close(self) -> None:
         await self.backend.close()
@@ -253,6 +290,11 @@ class Trainer:
             print("\n".join(prompts.serve_lines(self.skill, self.fade.without)))
         if (kept.where / PLOT_NAME).exists():
             print(f"reward plot: {kept.where / PLOT_NAME}")
+        for name, c in self.val_categories.items():
+            if len(c) == 1 and sum(c.values()) > 1:
+                value, n = c.most_common(1)[0]
+                print(clean(f"warning: the last validation's answers collapsed to one {name}: {value!r} in all {n} of them "
+                            "(the reward may pay for the form more than for this choice; see the step lines' warnings)"))
         print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
         print(self.totals.line())
         if line := self.scorer.cache_line():

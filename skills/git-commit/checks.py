@@ -392,3 +392,8 @@ def task_from_commit(commit) -> dict | str:
     except ValueError:  # no scope, or one the skill's rule rejects ("api,cli", "*"): the task names none
         pass
     return {"input": commit.diff, "expect": expect, "reference": message}
+
+
+def categories(output: str) -> dict[str, str | None]:
+    """The answer's categorical field for the collapse monitor (docs/skills.md): its commit type (None: no header)."""
+    return {"type": parse(output).type}
