@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="write a trained checkpoint to DIR: adapter, merged model, model card (docs/export.md); "
                         "with --force, replace an earlier export there")
     g.add_argument("--checkpoint", type=checkpoint_spec, default=None, metavar="STEP|best|latest",
-                   help="--export: which checkpoint (default best: the highest mean val/reward, as ART keeps it)")
+                   help="--export, --eval --backend cpu: which checkpoint (default best: the highest mean val/reward, "
+                        "as ART keeps it)")
     g.add_argument("--card-eval", type=Path, default=None, metavar="DIR",
                    help="--export: the --out folder of an --eval run (results.json, chart.png) whose table of models "
                         "and judge go into the model card")

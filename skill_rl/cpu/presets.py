@@ -74,8 +74,16 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
             "see README, 'Quick start'")
 
 
-def serve_hint(checkpoint: Path, base_model: str, eval_flags: str = "") -> str:
-    """`eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md)."""
-    extra = "" if base_model == TINY_MODEL else f" --base-model {base_model}"
-    return (f"serve it, and its base model as `base`, for --eval: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
-            f"  then: --eval --judge none{eval_flags} --model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")
+def serve_hint(checkpoint: Path, args, eval_flags: str = "") -> str:
+    """How to evaluate a CPU run's checkpoint against its base model: in this process (cpu/evaluation.py), or served.
+    `eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md). Both
+    commands carry the run's --max-tokens: --eval's own default (1,024) lets a 135M model loop for minutes."""
+    extra = "" if args.base_model == TINY_MODEL else f" --base-model {args.base_model}"
+    project = "" if args.project == "skill-rl" else f" --project {args.project}"
+    step = int(checkpoint.name)
+    return (f"evaluate it against its base model, in this process: python train_skill.py --skill {args.skill} --eval "
+            f"--backend cpu --run-name {args.run_name}{project}{extra} --checkpoint {step} --max-tokens {args.max_tokens}"
+            f"{eval_flags}\n"
+            f"  or serve it, and its base model as `base`: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
+            f"  then: --eval --judge none --max-tokens {args.max_tokens}{eval_flags} --model base@http://127.0.0.1:8000/v1 "
+            "--model trained@http://127.0.0.1:8000/v1")

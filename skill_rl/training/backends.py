@@ -371,7 +371,7 @@ def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
                   "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)"]
     elif kind == "cpu":  # its step 0 is the base model, with no checkpoint folder to serve
         arms = f" --baseline --without-skill {args.without_skill}" if getattr(args, "internalize", False) else ""
-        lines.append(cpu.serve_hint(ckpt, args.base_model, arms) if kept.step else
+        lines.append(cpu.serve_hint(ckpt, args, arms) if kept.step else
                      "no checkpoint yet: nothing was trained; the same command goes on from here")
     else:
         lines.append(f"served during this run as {kept.served_as} at {kept.base_url}")
