@@ -123,7 +123,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.steps == 0 and not args.sft:
         p.error("argument --steps: 0 trains nothing; 0 is for a warm start alone (--sft)")
     if args.export is None and (given := [f for f, v in (("--checkpoint", None if args.eval else args.checkpoint),
-                                                         ("--card-eval", args.card_eval),
+                                                         ("--card-eval", args.card_eval), ("--gguf", args.gguf),
                                                          ("--push-to-hub", args.push_to_hub)) if v is not None]):
         p.error(f"{given[0]} goes with --export DIR" + (" or --eval --backend cpu" if given[0] == "--checkpoint" else ""))
     if args.context_tokens is not None and args.max_tokens is not None and args.context_tokens <= args.max_tokens:

@@ -161,7 +161,7 @@ def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_
             "--out", str(eval_out)]
     assert train_skill.main(args) == 0  # no --model, no server: the run's own checkpoint and base model
     err = capsys.readouterr().err
-    assert f"evaluating {run_dir / 'checkpoints' / '0001'} (step 1, the best" in err, err
+    assert f"evaluating {(run_dir / 'checkpoints' / '0001').relative_to(tmp_path)} (step 1, the best" in err, err
     assert "4 arms x 3 tasks, at most 8 tokens at temperature 0" in err, err  # the run's --max-tokens, not --eval's 1024
     records = [json.loads(line) for line in (eval_out / "records.jsonl").read_text().splitlines()]
     assert sorted({r["model"] for r in records}) == ["base", "base (no skill)", "trained", "trained (no skill)"]
