@@ -34,11 +34,13 @@ def quiet_threads() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def threads() -> int:
-    """Torch threads: SKILL_RL_CPU_THREADS, else the cores that other work leaves free now (busy_cores; at least 1)."""
+def threads(busy: float | None = None) -> int:
+    """Torch threads: SKILL_RL_CPU_THREADS, else the cores that other work leaves free now (busy_cores, or `busy`
+    when measured already; at least 1)."""
     if os.environ.get("SKILL_RL_CPU_THREADS", "").isdigit() and int(os.environ["SKILL_RL_CPU_THREADS"]) > 0:
         return int(os.environ["SKILL_RL_CPU_THREADS"])
-    return max(1, (os.cpu_count() or 1) - int(busy_cores() + 0.25))  # whole cores busy elsewhere
+    busy = busy_cores() if busy is None else busy
+    return max(1, (os.cpu_count() or 1) - int(busy + 0.25))  # whole cores busy elsewhere
 
 
 def busy_cores(seconds: float = 0.5) -> float:

@@ -235,7 +235,7 @@ def tinker_models() -> list[str]:
 # ------------------------------------------------------------------ building
 
 
-def make_backend(kind: str):
+def make_backend(kind: str, quiet: bool = False):
     import importlib
 
     if kind == "local":
@@ -255,7 +255,7 @@ def make_backend(kind: str):
             raise Exit(2, f"--backend tinker needs ART's tinker extra: {TINKER_INSTALL} ({e})")
         return TinkerBackend()
     if kind == "cpu":
-        return cpu.CPUBackend()
+        return cpu.CPUBackend(quiet=quiet)
     module, _, cls = kind.partition(":")
     try:
         return getattr(importlib.import_module(module), cls)()

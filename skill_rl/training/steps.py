@@ -17,7 +17,7 @@ from pathlib import Path
 
 import art
 
-from skill_rl import configfile, keys, prompts
+from skill_rl import configfile, keys, progress, prompts
 from skill_rl.config import Run
 from skill_rl.errors import Exit
 from skill_rl.evaluate import print_table, summarize
@@ -112,7 +112,7 @@ class Trainer:
     async def start(cls, run: Run, skill: Skill) -> Trainer:
         """The backend and the registered model; the run's lock held; Ctrl-C and SIGTERM stop after a step."""
         t = cls(run, skill)
-        t.backend = backends.make_backend(t.kind)
+        t.backend = backends.make_backend(t.kind, t.s.quiet)
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
@@ -175,11 +175,16 @@ class Trainer:
             stats.no_variance += len({round(t.reward, 6) for t in group.trajectories}) == 1
             return group
 
-        try:
-            groups = await art.gather_trajectory_groups(
-                (self._group(t, carries(t)) for t in batch), pbar_desc=None if self.s.quiet else desc,
-                max_exceptions=self.s.max_exceptions, after_each=after_each,
-                max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
+        async def counted(group):
+            kept = await after_each(group)
+            advance()
+            return kept
+
+        try:  # progress.phase, not ART's bar: a bar on a terminal, periodic lines when piped
+            with progress.phase(f"{desc}: rollouts", len(batch), "groups", self.s.quiet) as advance:
+                groups = await art.gather_trajectory_groups(
+                    (self._group(t, carries(t)) for t in batch), pbar_desc=None, max_exceptions=self.s.max_exceptions,
+                    after_each=counted, max_metrics=0)  # metrics are filled in by scoring
         except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
             raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {self.s.max_exceptions} allows "
                           f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
