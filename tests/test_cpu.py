@@ -182,6 +182,39 @@ def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_
     assert served == {r["task_id"]: r["output"] for r in records if r["model"] == "trained"}
 
 
+def test_under_a_terminal_the_warm_start_an_rl_step_and_validation_draw_their_progress(tmp_path):
+    """The command in a pseudo-terminal: each long phase's bar is drawn and reaches its end (events counted in what
+    the terminal received, no clock), and rich redraws a live bar ten times a second while it runs."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    skills = shout_skill(tmp_path)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "PYTHONPATH")}
+    proc = subprocess.Popen([sys.executable, str(root / "train_skill.py"), "--skills-dir", str(skills), "--steps", "1",
+                             "--sft", *TINY_RUN], cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    assert proc.wait(timeout=600) == 0, got[-3000:]
+    text = got.decode(errors="replace")
+    for bar, total in (("warm start", 1), ("step 1: rollouts", 2), ("training", 2), ("val @ 0: rollouts", 1),
+                       ("val @ 2: rollouts", 1)):
+        assert bar in text and f"{total}/{total}" in text.split(bar, 1)[1], (bar, text[-3000:])
+    assert text.count("warm start") >= 2  # drawn and redrawn
+
+
 def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradient(tmp_path, monkeypatch):
     """The system prompt computed once for a batch (CPUBackend._sft_losses) changes no figure: same loss, same
     gradient as one full pass per example, in float32."""

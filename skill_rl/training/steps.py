@@ -59,12 +59,18 @@ class Totals:
     warm_start_failures: int = 0
     check_errors: int = 0
 
-    def add(self, stats: Stats) -> None:
+    def add(self, stats: Stats, training: bool = True) -> None:
+        """A batch's counts; "no variance" from training steps only, as the step lines count it (a validation's
+        groups train nothing, and no line of it says how many scored alike)."""
         for f in fields(Stats):
-            setattr(self, f.name, getattr(self, f.name) + getattr(stats, f.name))
+            if training or f.name != "no_variance":
+                setattr(self, f.name, getattr(self, f.name) + getattr(stats, f.name))
 
-    def line(self) -> str:
-        return "this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in asdict(self).items())
+    def line(self, judged: bool = True, warm_start: bool = True) -> str:
+        """The counts, naming what did not happen rather than counting it as 0 (no judge, no warm start)."""
+        left_out = {"judge_failures": not judged, "warm_start_failures": not warm_start}
+        counts = [f"{k.replace('_', ' ')} {v}" for k, v in asdict(self).items() if not left_out.get(k)]
+        return "this run: " + ", ".join(counts + ["no judge"] * (not judged) + ["no warm start"] * (not warm_start))
 
     def failed(self) -> bool:
         return any(getattr(self, k) for k in FAILURES)
@@ -159,7 +165,7 @@ class Trainer:
                     timeout=self.s.request_timeout, with_skill=with_skill, without=self.fade and self.fade.without)
             for _ in range(self.s.rollouts_per_group))
 
-    async def gather(self, batch: list[Task], desc: str, carries=lambda task: True):
+    async def gather(self, batch: list[Task], desc: str, carries=lambda task: True, training: bool = True):
         """The batch's groups, scored; what went wrong; the judge's tokens and cost for this batch."""
         stats, mark = Stats(), self.scorer.usage.copy()
 
@@ -191,7 +197,7 @@ class Trainer:
                           "run the same command to resume")
         stats.dropped = len(batch) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
         penalise_repeats(groups)  # text repeated across the step's tasks is paid for nowhere (scoring/repeats.py)
-        self.totals.add(stats)  # training and validation alike
+        self.totals.add(stats, training)  # training and validation alike, but for "no variance"
         return groups, stats, self.scorer.usage.since(mark)
 
     async def log_step(self, groups, result, stats: Stats, used, step: int) -> tuple[dict, str | None]:
@@ -219,9 +225,9 @@ class Trainer:
         if not self.val_tasks:
             return None
         mark, arm, started = self.scorer.usage.copy(), {}, time.perf_counter()
-        groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None)
+        groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None, training=False)
         if self.fade:
-            on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md")
+            on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md", training=False)
             stats = Stats(**{f.name: getattr(stats, f.name) + getattr(more, f.name) for f in fields(Stats)})
             rewards = [t.reward for g in on for t in g.trajectories]  # as val/reward: after the repeats' cut
             means = {**step_means(on), "reward": sum(rewards) / len(rewards) if rewards else None}
@@ -234,8 +240,9 @@ class Trainer:
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         without = (f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else "")
+        cut = sum(t.metrics.get("truncated", 0.0) for t in scores)
         print(f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
-              f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
+              f"{stats.judge_failures}" + (f" | cut at --max-tokens {int(cut)} of {len(scores)}" if cut else "") + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
               + f" | {time.perf_counter() - started:.1f} s", flush=True)
         self.val_results.append((step, groups))
         return mean
@@ -251,6 +258,8 @@ class Trainer:
             rows = [summarize(f"{self.model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], self.scorer)]
             print_table(self.skill, rows, title=f"{self.skill.name}: validation of the trained model (step {last_step})"
                         + (", without SKILL.md" if self.fade else ""))
+            if line := cut_warning([t for g in groups for t in g.trajectories], self.s.max_tokens, last_step):
+                print(line)
             if self.fade:
                 print_arms(self.skill, arms(self.dir / "history.jsonl", last_step), last_step)
         print("\n" + "\n".join(backends.ending_lines(self.kind, self.s, self.model.name, kept)))
@@ -259,10 +268,19 @@ class Trainer:
         if (kept.where / PLOT_NAME).exists():
             print(f"reward plot: {kept.where / PLOT_NAME}")
         print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
-        print(self.totals.line())
+        print(self.totals.line(judged=self.scorer.judge is not None, warm_start=bool(self.s.sft)))
         if line := self.scorer.cache_line():
             print(line)
         return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
+
+
+def cut_warning(trajectories, max_tokens: int, step: int) -> str | None:
+    """A warning when a validation's answers ran into --max-tokens: their scores are of unfinished answers."""
+    cut = int(sum(t.metrics.get("truncated", 0.0) for t in trajectories))
+    if not cut:
+        return None
+    return (f"warning: {cut} of {len(trajectories)} validation answers at step {step} were cut at --max-tokens {max_tokens} "
+            "(finish_reason length): the scores above are of unfinished answers; raise --max-tokens to see whole ones")
 
 
 ARM_KEYS = ("format", "procedure", "correctness", "reward", "prompt_tokens")
