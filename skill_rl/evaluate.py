@@ -28,7 +28,7 @@ from pathlib import Path
 from skill_rl.errors import Exit
 from skill_rl.console import chart_text, clean
 from skill_rl.keys import redact
-from skill_rl.progress import bar
+from skill_rl.progress import bar, phase
 from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.runlock import interrupted_as
@@ -398,25 +398,30 @@ def _in_process(skill: Skill, args, tasks: list[Task], done: list[dict]) -> dict
           f"{len(tasks)} tasks, at most {args.max_tokens} tokens at temperature {temperature:g}", file=sys.stderr)
     policy = evaluation.load(checkpoint, args.base_model)
     answers = {}
-    with bar("decoding", sum(map(len, todo.values())), args.quiet) as advance:
+    with phase("decoding", sum(map(len, todo.values())), "answers", args.quiet) as advance:
         for ep in endpoints:
             answers.update(evaluation.decode_all(policy, skill, todo[ep.label], [ep], adapter, args.samples, temperature,
                                                  args.max_tokens, advance))
     return answers
 
 
+def _arms(args) -> list[Endpoint]:
+    """--eval --backend cpu: the CPU run's arms (config.cpu_eval_run named its checkpoint); else the --model endpoints."""
+    if getattr(args, "cpu_checkpoint", None) is None:
+        return _endpoints(args)
+    from skill_rl.cpu import evaluation
+
+    return evaluation.arms(Path(args.cpu_checkpoint), args.base_model, args.baseline, args.without_skill)[0]
+
+
 def run(skill: Skill, args, judge: Judge | None) -> int:
     local = getattr(args, "cpu_checkpoint", None) is not None
-    endpoints, tasks = ([] if local else _endpoints(args)), _tasks(skill, args)
+    endpoints, tasks = _arms(args), _tasks(skill, args)
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
     ident = {"skill": skill.name, "tasks": digest(skill.tasks_path), "samples": args.samples}
     done = read_jsonl(log) if args.resume else []
-    if local:
-        from skill_rl.cpu import evaluation
-
-        endpoints = evaluation.arms(Path(args.cpu_checkpoint), args.base_model, args.baseline, args.without_skill)[0]
     refuse_foreign(done, ident, log, {ep.label: spec_of(ep) for ep in endpoints})
     whole = {t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)}
     if args.resume:
