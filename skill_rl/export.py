@@ -223,7 +223,7 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
     if evaluation and evaluation["chart"]:
         shutil.copyfile(evaluation["chart"], tmp / EVAL_CHART)
     architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
-    gguf = gguf_export.write(tmp / "merged", tmp / gguf_export.file_name(s.gguf), s.gguf).name if s.gguf else None
+    gguf = gguf_export.write(tmp / "merged", tmp / gguf_export.file_name(s.gguf), s.gguf, skill.name).name if s.gguf else None
     ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
               and '"""' not in system)  # SYSTEM """...""" cannot quote it
     if ollama:

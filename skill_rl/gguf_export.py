@@ -45,8 +45,9 @@ def problem(merged: Path) -> str | None:
     return None
 
 
-def write(merged: Path, dest: Path, kind: str = "f16") -> Path:
-    """Write `merged` (a folder saved by export.merge) to `dest` as GGUF of type `kind`; return `dest`."""
+def write(merged: Path, dest: Path, kind: str = "f16", name: str = "skill-rl export") -> Path:
+    """Write `merged` (a folder saved by export.merge) to `dest` as GGUF of type `kind`, `name` as its
+    general.name (config.json's `_name_or_path` may be a path on the training machine); return `dest`."""
     import gguf
 
     if why := problem(merged):
@@ -55,6 +56,7 @@ def write(merged: Path, dest: Path, kind: str = "f16") -> Path:
     arch = getattr(gguf.MODEL_ARCH, ARCHITECTURES[config["architectures"][0]])
     writer = gguf.GGUFWriter(str(dest), gguf.MODEL_ARCH_NAMES[arch])
     ftype = gguf.LlamaFileType.MOSTLY_F16 if kind == "f16" else gguf.LlamaFileType.MOSTLY_Q8_0
+    writer.add_name(name)
     hyperparameters(writer, config, ftype)
     vocabulary(writer, merged, arch)
     tensors(writer, merged, config, arch, kind)
@@ -67,7 +69,6 @@ def write(merged: Path, dest: Path, kind: str = "f16") -> Path:
 
 def hyperparameters(writer, config: dict, ftype) -> None:
     heads = config["num_attention_heads"]
-    writer.add_name(config.get("_name_or_path") or "skill-rl export")
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_block_count(config["num_hidden_layers"])

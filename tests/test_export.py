@@ -601,3 +601,18 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     (out / "merged" / "stale.bin").unlink()
     assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")[0] == 0
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out")) == []  # no partial or old folder left
+
+
+@pytest.mark.parametrize("architecture, tokenizer, why", [
+    ("GPT2LMHeadModel", {"model": {"type": "BPE"}}, "GGUF export covers LlamaForCausalLM, Qwen2ForCausalLM; this model is GPT2LMHeadModel"),
+    ("LlamaForCausalLM", {"model": {"type": "Unigram"}}, "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one"),
+    ("Qwen2ForCausalLM", None, "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one"),
+    ("Qwen2ForCausalLM", {"model": {"type": "BPE"}}, None),
+])
+def test_gguf_export_takes_the_cpu_backends_architectures_with_a_bpe_tokenizer(tmp_path, architecture, tokenizer, why):
+    from skill_rl import gguf_export
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    if tokenizer is not None:
+        (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert gguf_export.problem(tmp_path) == why
