@@ -143,9 +143,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.exit(2, f"error: {e}\n")
     if args.steps == 0 and not args.sft:
         p.error("argument --steps: 0 trains nothing; 0 is for a warm start alone (--sft)")
-    if args.export is None and (given := [f for f, v in (("--checkpoint", args.checkpoint), ("--card-eval", args.card_eval),
+    if args.export is None and (given := [f for f, v in (("--checkpoint", None if args.eval else args.checkpoint),
+                                                         ("--card-eval", args.card_eval), ("--gguf", args.gguf),
                                                          ("--push-to-hub", args.push_to_hub)) if v is not None]):
-        p.error(f"{given[0]} goes with --export DIR")
+        p.error(f"{given[0]} goes with --export DIR" + (" or --eval --backend cpu" if given[0] == "--checkpoint" else ""))
     if args.context_tokens is not None and args.max_tokens is not None and args.context_tokens <= args.max_tokens:
         p.error(f"--context-tokens {args.context_tokens} leaves no room for a prompt beside --max-tokens {args.max_tokens}")
     return args

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from skill_rl import contract
 from skill_rl.console import literal
 from skill_rl.scoring.checks import is_estimate
 from skill_rl.scoring.derived import derive
@@ -57,7 +58,7 @@ def init_skill(skills_dir: Path, name: str) -> int:
     for file in TEMPLATE_FILES:
         text = (TEMPLATE / file).read_text().replace("{name}", name).replace("{title}", title)
         (folder / file).write_text(text)
-    print(f"created {folder}/SKILL.md, tasks.jsonl and checks.py (one check): edit them, then run --skill {name} --check")
+    print(f"created {folder}/SKILL.md, tasks.jsonl and checks.py (three checks): edit them, then run --skill {name} --check")
     print("what each file may hold: docs/skills.md; which SKILL.md sentences become checks (--check lists them): "
           "docs/derived-checks.md")
     return 0
@@ -83,6 +84,7 @@ def print_check(skill: Skill) -> int:
                   + ("; an estimate only cuts the reward, never pays (docs/scoring.md)" if shown != checks else ""))
     print_derived(console, skill, set(checks))
     console.print(f"exploits (exploits.py): {len(skill_exploits(skill))}, plus {len(GENERIC)} generic")
+    print_contract(console, skill)
     console.print("procedure:")
     for i, step in enumerate(skill.steps, 1):
         console.print(literal(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}"))
@@ -109,6 +111,26 @@ def print_check(skill: Skill) -> int:
     console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks{source} are valid"),
                   soft_wrap=True)
     return 0
+
+
+def print_contract(console: Console, skill: Skill) -> None:
+    """Which exploit families the skill's checks pay (skill_rl/contract.py), and what to add: information, never a
+    failure, since the contract binds the shipped skills (their tests), not a user's."""
+    found = contract.measure(skill)
+    against = (f"against the references, on {found.tasks} of the {found.of} tasks with one" if found.with_references
+               else f"no task has a reference: against the most the checks pay (1.00), on {found.tasks} of {found.of} tasks")
+    console.print(literal(f"exploit families, checks only (the --judge none reward), {against}:"), soft_wrap=True)
+    for f in found.families:
+        verdict = literal("  paid", "yellow") if not f.held else literal("  held")
+        told = f"as high on {f.paid} of {f.tried} {f.unit}" if f.tried else "applies to no task"
+        console.print(verdict + literal(f"  {f.name}: {told}"), soft_wrap=True)
+    if found.unmeasured:
+        console.print(literal(f"  not measured (they need references): {', '.join(found.unmeasured)}"), soft_wrap=True)
+    paid = [f.name for f in found.families if not f.held]
+    console.print(literal(f"the checks pay {len(paid)} of {len(found.families)} families tried" +
+                          (f": {', '.join(paid)}" if paid else "")), soft_wrap=True)
+    for line in contract.advice(skill, found):
+        console.print(literal(f"  to add: {line}"), soft_wrap=True)
 
 
 def leaked_val_tasks(skill: Skill) -> list[str]:

@@ -50,6 +50,10 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
         export_run(s, skill)
         return Run(Settings(vars(s)))
     if s.score or s.eval or getattr(s, "audit", False):
+        if s.eval and s.backend == "cpu" and not s.model:
+            cpu_eval_run(s, skill)
+        elif getattr(s, "checkpoint", None) is not None:
+            raise Exit(2, "--checkpoint goes with --export DIR, or with --eval --backend cpu (no --model)")
         presets(s, None)
         return Run(Settings(vars(s)), judge(s))
     by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
@@ -133,6 +137,24 @@ def export_run(s: argparse.Namespace, skill: Skill) -> None:
     s.run_name = s.run_name or run_name(skill, base_model)  # --base-model stays as given: the run's records name it
 
 
+def cpu_eval_run(s: argparse.Namespace, skill: Skill) -> None:
+    """--eval --backend cpu without --model: the CPU run named as training names it, its checkpoint (--checkpoint,
+    default best) evaluated in this process against its base model (skill_rl/cpu/evaluation.py), with the run's own
+    generation settings (max tokens, temperature, context) where the command line gives none."""
+    from skill_rl.cpu import evaluation
+    from skill_rl.cpu.weights import TINY_MODEL
+
+    s.run_name = s.run_name or run_name(skill, s.base_model or TINY_MODEL)
+    where = evaluation.run_folder(s.project, s.run_name)
+    for key, value in evaluation.run_settings(where).items():
+        if getattr(s, key, None) is None:
+            setattr(s, key, value)
+    s.base_model = s.base_model or TINY_MODEL
+    default_judge(s, "cpu")
+    checkpoint, s.cpu_checkpoint_why = evaluation.pick(where, s.checkpoint or "best")
+    s.cpu_checkpoint = str(checkpoint)
+
+
 def model_cache(backend: str) -> str | None:
     """For a local GPU run (--backend local, or auto on a machine with a GPU and ART's backend extra): HF_HOME,
     when unset, set to the user's cache (`$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`), and a note
@@ -167,6 +189,11 @@ def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None)
     for key, value in (cpu.DEFAULTS if kind == "cpu" else TRAIN_DEFAULTS).items():
         if getattr(s, key, None) is None:
             setattr(s, key, value)
+    default_judge(s, kind)
+
+
+def default_judge(s: argparse.Namespace, kind: str | None) -> None:
+    """--judge when not given: ruler, except on the CPU, which scores with checks only unless a judge is set up."""
     if getattr(s, "judge", "ruler") is None:
         configured = s.judge_base_url or s.judge_model or any(
             os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))

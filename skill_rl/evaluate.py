@@ -28,7 +28,7 @@ from pathlib import Path
 from skill_rl.errors import Exit
 from skill_rl.console import chart_text, clean
 from skill_rl.keys import redact
-from skill_rl.progress import bar
+from skill_rl.progress import bar, phase
 from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.runlock import interrupted_as
@@ -162,16 +162,18 @@ def complete(done: list[dict], samples: int) -> dict[str, dict[str, list[dict]]]
 async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
                    samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
                    timeout: float = 120.0, done: list[dict] = (), sink=None, ident: dict | None = None,
-                   quiet: bool = False) -> dict:
+                   quiet: bool = False, answers: dict | None = None) -> dict:
     """Generate with every endpoint and judge each task's outputs from all models as one group.
 
     `done` holds the records of an earlier, interrupted run of this same command (see run): a model
     with every sample of a task there is not asked again; the others (a model added since, one whose
     endpoint failed) are, and that task's group is scored again with every model's outputs, old and
     new, so that the judged columns still compare the models within one group. Each finished task's
-    records (outputs, scores, or the error of a model that failed) go to `sink` at once."""
+    records (outputs, scores, or the error of a model that failed) go to `sink` at once. `answers`: the outputs
+    already generated, (task id, label) -> (outputs, prompt tokens) (a CPU run decoded in this process:
+    skill_rl/cpu/evaluation.py), in place of asking the endpoints."""
     scorer = Scorer(skill, judge)
-    clients = {ep.label: client(ep, timeout) for ep in endpoints}
+    clients = {} if answers is not None else {ep.label: client(ep, timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
     kept = complete(list(done), samples)
     by_task = {t: [r for recs in labels.values() for r in recs] for t, labels in kept.items()
@@ -183,7 +185,8 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         have = kept.get(task.id, {})
         todo = [ep for ep in endpoints if ep.label not in have]
         counted = {ep.label: [] for ep in todo}
-        fresh = await asyncio.gather(*(generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens,
+        fresh = await asyncio.gather(*(_given(answers, task, ep, counted[ep.label]) if answers is not None else
+                                       generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens,
                                                 gates[ep.label], counted[ep.label]) for ep in todo), return_exceptions=True)
         outs = {**{ep.label: out for ep, out in zip(todo, fresh)},
                 **{label: [(r["output"], "length" if r["truncated"] else "stop") for r in recs] for label, recs in have.items()}}
@@ -204,6 +207,12 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         await c.close()
     return {**tabulate([r for recs in by_task.values() for r in recs], endpoints, scorer, judge_failures),
             "judge_usage": scorer.usage, "judge_cache": scorer.cache_tally}
+
+
+async def _given(answers: dict, task: Task, ep: Endpoint, counted: list) -> list[tuple[str, str]]:
+    outs, tokens = answers[task.id, ep.label]
+    counted.append(tokens)
+    return outs
 
 
 async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict,
@@ -376,8 +385,38 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
     return 1 if any(result["errors"].values()) or result["judge_failures"] or result["check_errors"] else 0
 
 
+def _in_process(skill: Skill, args, tasks: list[Task], done: list[dict]) -> dict:
+    """--eval --backend cpu: the run's checkpoint and base model as arms, every answer not in `done` decoded here."""
+    from skill_rl.cpu import evaluation
+
+    checkpoint, why = Path(args.cpu_checkpoint), args.cpu_checkpoint_why
+    endpoints, adapter = evaluation.arms(checkpoint, args.base_model, args.baseline, args.without_skill)
+    kept = complete(done, args.samples)
+    todo = {ep.label: [t for t in tasks if ep.label not in kept.get(t.id, {})] for ep in endpoints}
+    temperature = 0.0 if args.temperature is None else args.temperature
+    print(f"evaluating {checkpoint} ({why}) against its base model in this process: {len(endpoints)} arms x "
+          f"{len(tasks)} tasks, at most {args.max_tokens} tokens at temperature {temperature:g}", file=sys.stderr)
+    policy = evaluation.load(checkpoint, args.base_model)
+    answers = {}
+    with phase("decoding", sum(map(len, todo.values())), "answers", args.quiet) as advance:
+        for ep in endpoints:
+            answers.update(evaluation.decode_all(policy, skill, todo[ep.label], [ep], adapter, args.samples, temperature,
+                                                 args.max_tokens, advance))
+    return answers
+
+
+def _arms(args) -> list[Endpoint]:
+    """--eval --backend cpu: the CPU run's arms (config.cpu_eval_run named its checkpoint); else the --model endpoints."""
+    if getattr(args, "cpu_checkpoint", None) is None:
+        return _endpoints(args)
+    from skill_rl.cpu import evaluation
+
+    return evaluation.arms(Path(args.cpu_checkpoint), args.base_model, args.baseline, args.without_skill)[0]
+
+
 def run(skill: Skill, args, judge: Judge | None) -> int:
-    endpoints, tasks = _endpoints(args), _tasks(skill, args)
+    local = getattr(args, "cpu_checkpoint", None) is not None
+    endpoints, tasks = _arms(args), _tasks(skill, args)
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
@@ -394,11 +433,12 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
         raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
     temperature = 0.0 if args.temperature is None else args.temperature
     with f, interrupted_as(f"interrupted: every finished task is in {log}; the same command with --resume does the rest"):
+        answers = _in_process(skill, args, tasks, done) if local else None
         sink = Sink(f, f"--out {log}")
         result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
                                       max_tokens=args.max_tokens, concurrency=args.concurrency, done=done,
                                       sink=lambda recs: sink.write("".join(json.dumps(r) + "\n" for r in recs)),
-                                      timeout=args.request_timeout, ident=ident, quiet=args.quiet))
+                                      timeout=args.request_timeout, ident=ident, quiet=args.quiet, answers=answers))
     try:
         write_results(skill, result, out, judge, args.split)
     except OSError as e:

@@ -32,7 +32,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from skill_rl import cpu, prompts
+from skill_rl import cpu, gguf_export, prompts
 from skill_rl.errors import Exit
 from skill_rl.skills import brief, show
 
@@ -56,7 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="write a trained checkpoint to DIR: adapter, merged model, model card (docs/export.md); "
                         "with --force, replace an earlier export there")
     g.add_argument("--checkpoint", type=checkpoint_spec, default=None, metavar="STEP|best|latest",
-                   help="--export: which checkpoint (default best: the highest mean val/reward, as ART keeps it)")
+                   help="--export, --eval --backend cpu: which checkpoint (default best: the highest mean val/reward, "
+                        "as ART keeps it)")
+    g.add_argument("--gguf", nargs="?", const="f16", default=None, choices=("f16", "q8_0"), metavar="TYPE",
+                   help="--export: also write the merged model as one GGUF file, f16 (default) or q8_0, for llama.cpp "
+                        "and Ollama (Llama/SmolLM2 and Qwen2; the Modelfile then loads it)")
     g.add_argument("--card-eval", type=Path, default=None, metavar="DIR",
                    help="--export: the --out folder of an --eval run (results.json, chart.png) whose table of models "
                         "and judge go into the model card")
@@ -198,7 +202,9 @@ def run(skill, setup) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"exported to {out}: adapter/, merged/, README.md (the model card){', Modelfile' if (out / 'Modelfile').exists() else ''}")
+    gguf = "".join(f", {p.name}" for p in sorted(out.glob("*.gguf")))
+    print(f"exported to {out}: adapter/, merged/{gguf}, README.md (the model card)"
+          f"{', Modelfile' if (out / 'Modelfile').exists() else ''}")
     if hub:
         push(out, s.push_to_hub, *hub)
     return 0
@@ -218,10 +224,11 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
     if evaluation and evaluation["chart"]:
         shutil.copyfile(evaluation["chart"], tmp / EVAL_CHART)
     architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
+    gguf = gguf_export.write(tmp / "merged", tmp / gguf_export.file_name(s.gguf), s.gguf, skill.name).name if s.gguf else None
     ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
               and '"""' not in system)  # SYSTEM """...""" cannot quote it
     if ollama:
-        (tmp / "Modelfile").write_text(modelfile(skill, system))
+        (tmp / "Modelfile").write_text(modelfile(skill, system, f"./{gguf}" if gguf else "./merged"))
     from skill_rl.card import model_card
 
     (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama,
@@ -496,12 +503,12 @@ CHATML_TEMPLATE = """{{- range .Messages }}<|im_start|>{{ .Role }}
 """
 
 
-def modelfile(skill, system: str | None = None) -> str:
+def modelfile(skill, system: str | None = None, source: str = "./merged") -> str:
     """Ollama's Modelfile (docs.ollama.com/modelfile) for a ChatML model (SmolLM2, Qwen2.5): the merged folder,
     SKILL.md (or an internalized run's stand-in; none if empty) as SYSTEM, greedy decoding, the chat template in
     Ollama's syntax and its end-of-turn stop."""
     system = skill.body if system is None else system
-    lines = [f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)", "FROM ./merged",
+    lines = [f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)", f"FROM {source}",
              *([f'SYSTEM """{system.strip()}\n"""'] if system.strip() else []), f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
              "PARAMETER temperature 0"]
     return "\n".join(lines) + "\n"

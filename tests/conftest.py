@@ -3,6 +3,7 @@ import os
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,6 +20,30 @@ if WORKERS > 1:  # each xdist worker its share of the cores for torch (read when
         os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 from openai_server import FakeOpenAI  # noqa: E402
+
+
+def shipped_skills() -> list[str]:
+    """The skills skill-rl ships, by name, as pyproject.toml's package data lists them: the tests that hold every
+    skill to the contract run over these (and the --init template), never over a skill a user added to skills/."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    return sorted({pattern.split("/")[0] for pattern in data["skill_rl.shipped_skills"]})
+
+
+SHIPPED_SKILLS = shipped_skills()
+TEMPLATE = "the --init template"  # a parameter beside the shipped skills' names: init_template makes it a folder
+
+
+def init_template(where: Path, name: str = "my-skill") -> Path:
+    """A skill folder written by --init from the template, as a user gets it."""
+    from skill_rl.cli import init_skill
+
+    init_skill(where, name)
+    return where / name
+
+
+def contract_skill(name: str, where: Path) -> Path:
+    """The folder of a shipped skill, or (for TEMPLATE) a fresh --init of the template under `where`."""
+    return init_template(where) if name == TEMPLATE else ROOT / "skills" / name
 
 
 TORCH_WHILE_COLLECTING = []  # set in each process (xdist worker) whose collection imported torch

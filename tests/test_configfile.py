@@ -193,7 +193,11 @@ def test_a_rehearsal_that_chose_checks_only_for_itself_runs_again_from_its_confi
     monkeypatch.chdir(tmp_path)
     for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(k, raising=False)
-    assert train_skill.main(["--skills-dir", "sk", "--init", "demo"]) == 0  # a markdown skill: no `expect`
+    assert train_skill.main(["--skills-dir", "sk", "--init", "demo"]) == 0
+    (tmp_path / "sk" / "demo" / "checks.py").unlink()  # a markdown skill: no checks.py, no `expect`
+    tasks = tmp_path / "sk" / "demo" / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "expect"}) + "\n"
+                             for line in tasks.read_text().splitlines()))
     first = resolved(["--skills-dir", "sk", "--skill", "demo", "--backend", "cpu"])
     assert first["judge"] == "none" and first["format_only_reward"] is True
     written = configfile.write(config.Settings(first), tmp_path)

@@ -5,6 +5,7 @@ The runs are in-process (train_skill.main), so the model is loaded once for the 
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,83 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "1", "--sft", *TINY_RUN]) == 0
     saved = torch.load(run_dir / "checkpoints" / "0002" / "optimizer.pt", weights_only=True)
     assert saved["phase"] == "rl" and {float(s["step"]) for s in saved["state"].values()} == {1.0}
+
+
+def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_with_the_runs_settings(tmp_path, monkeypatch,
+                                                                                                       capsys):
+    import train_skill
+    from skill_rl.cpu.evaluation import PLACE
+
+    skills = shout_skill(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert train_skill.main(["--skills-dir", str(skills), "--steps", "0", "--sft", *TINY_RUN]) == 0
+    out = capsys.readouterr().out
+    hint = next(line for line in out.splitlines() if "--eval --backend cpu" in line)
+    assert "--run-name shout-smollm2-135m-instruct" in hint and "--max-tokens 8" in hint, hint
+    run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
+    eval_out = tmp_path / "eval"
+    args = ["--skills-dir", str(skills), "--skill", "shout", "--eval", "--backend", "cpu", "--baseline", "--split", "all",
+            "--out", str(eval_out)]
+    assert train_skill.main(args) == 0  # no --model, no server: the run's own checkpoint and base model
+    err = capsys.readouterr().err
+    assert f"evaluating {(run_dir / 'checkpoints' / '0001').relative_to(tmp_path)} (step 1, the best" in err, err
+    assert "4 arms x 3 tasks, at most 8 tokens at temperature 0" in err, err  # the run's --max-tokens, not --eval's 1024
+    records = [json.loads(line) for line in (eval_out / "records.jsonl").read_text().splitlines()]
+    assert sorted({r["model"] for r in records}) == ["base", "base (no skill)", "trained", "trained (no skill)"]
+    assert len(records) == 12 and all(r["spec"].split("@")[-1].startswith(PLACE) for r in records)
+    assert all(r["prompt_tokens"] > 0 and not r["prompt_estimated"] for r in records)  # counted by the tokenizer
+    tok = cpu.Policy.__new__(cpu.Policy)  # the tokenizer alone, to count the answers' tokens
+    tok.tokenizer = cpu.load_base(*cpu.locate(cpu.TINY_MODEL))[0]
+    assert all(len(tok.tokenizer(r["output"])["input_ids"]) <= 9 for r in records)  # 8 tokens, give or take a merge
+
+    # greedy: the in-process arm answers as the served checkpoint does, token for token
+    server = cpu.serve_checkpoint(run_dir)
+    try:
+        assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none", "--split", "all",
+                                 "--model", f"trained@{server.url}", "--max-tokens", "8", "--out", str(tmp_path / "served")]) == 0
+    finally:
+        server.close()
+    served = {r["task_id"]: r["output"] for r in map(json.loads, (tmp_path / "served" / "records.jsonl").read_text().splitlines())}
+    assert served == {r["task_id"]: r["output"] for r in records if r["model"] == "trained"}
+
+
+COUNT = r"[^\r\n]*?(?<!\d)\d+/\d+(?!\d)"  # a bar's `done/total` later on its line (rich styles it: no \b around it)
+
+
+def test_under_a_terminal_the_warm_start_an_rl_step_and_validation_draw_their_progress(tmp_path):
+    """The command in a pseudo-terminal: each long phase's bar is drawn with its count and redrawn while it runs
+    (events counted in what the terminal received, no clock)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    skills = shout_skill(tmp_path)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "PYTHONPATH")}
+    proc = subprocess.Popen([sys.executable, str(root / "train_skill.py"), "--skills-dir", str(skills), "--steps", "1",
+                             "--sft", *TINY_RUN], cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    assert proc.wait(timeout=600) == 0, got[-3000:]
+    text = got.decode(errors="replace")
+    # the warm start's batches, the base model's validation (step 0), the warm start's (1), the RL step (2): its
+    # rollouts and its training pass, the last validation: each bar drawn with its count (a bar is transient: its
+    # last state may be erased rather than drawn), and redrawn while its phase runs (rich: ten times a second)
+    for bar in ("warm start", "val @ 0: rollouts", "val @ 1: rollouts", "step 2: rollouts", "training", "val @ 2: rollouts"):
+        assert re.search(re.escape(bar) + COUNT, text), (bar, text[-3000:])
+    assert len(re.findall("warm start" + COUNT, text)) >= 2  # drawn, then redrawn as it runs
 
 
 def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradient(tmp_path, monkeypatch):

@@ -48,3 +48,21 @@ def test_internalize_doubles_the_warm_start_and_validations_and_cheapens_steps_w
                                              + steps - 10 * presets.STEP_SECONDS)
     if floor == 1.0:  # no RL step carries SKILL.md
         assert steps == pytest.approx(10 * presets.STEP_SECONDS * presets.WITHOUT_SKILL_STEP_SHARE)
+
+
+@pytest.mark.parametrize("busy, threads, cores, factor", [
+    (0.1, 2, 2, 1.0),  # a quiet machine: the measured figure
+    (1.0, 1, 2, 2.0),  # one core busy elsewhere: one thread on the other
+    (1.6, 1, 2, 2 / 0.65),  # the thread shares its core with what keeps 1.6 busy
+    (3.0, 1, 2, 4.0),  # oversubscribed: half a core at the least
+    (0.0, 16, 16, 1.0),  # more cores than measured are not assumed to help
+])
+def test_the_slowdown_is_the_measured_cores_over_the_cores_the_run_gets(busy, threads, cores, factor):
+    assert presets.slowdown(busy, threads, cores) == pytest.approx(factor)
+
+
+def test_a_loaded_machine_gets_the_longer_figure_the_load_and_the_threads():
+    quiet = presets.clock(settings(), 900, busy=0.1, threads_=2, cores=2)
+    assert quiet == "about 15 min on 2 cores (2 torch threads)"
+    loaded = presets.clock(settings(), 900, busy=1.0, threads_=1, cores=2)
+    assert loaded == "about 30 min here: other work keeps 1.0 of 2 cores busy, so it runs on 1 torch thread (15 min on 2 idle cores)"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHIPPED_SKILLS
 from skill_rl.scoring.derived import derive
 from skill_rl.scoring.checks import run_checks
 from skill_rl.scoring.rubric import score_offline, skill_checks
@@ -377,7 +378,7 @@ def test_release_notes_pr_numbers_are_never_shared_between_tasks():
 # ------------------------------------------------------------------ generic exploits, for skills without checks.py
 
 # release-notes, its checks.py set aside, stands for a markdown-only skill: it was one until it got checks of its claims
-MARKDOWN_ONLY = sorted({p.parent.name for p in (ROOT / "skills").glob("*/SKILL.md") if not (p.parent / "checks.py").exists()}
+MARKDOWN_ONLY = sorted({name for name in SHIPPED_SKILLS if not (ROOT / "skills" / name / "checks.py").exists()}
                        | {"release-notes"})
 
 

@@ -548,6 +548,39 @@ def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(c
 
 @pytest.mark.slow
 @needs_cpu
+def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merged_model(cpu_run, monkeypatch, capsys):
+    """F16: the same greedy tokens as the merged model on 3 val prompts, and its tokenizer and chat template; Q8_0:
+    every weight within Q8_0's rounding of the merged model's (one scale per 32 values: under 1 % of a row's max)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skill_rl.skills import find_skill, load_skill, skill_dirs
+
+    root, _ = cpu_run
+    monkeypatch.chdir(root)
+    skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
+    tasks = skill.split("val")[:3]
+    code, out, err = export_cmd(capsys, "--export", "gguf-f16", "--backend", "cpu", "--gguf")
+    assert code == 0 and "merged/, model-f16.gguf, README.md" in out, err
+    folder = root / "gguf-f16"
+    assert "FROM ./model-f16.gguf" in (folder / "Modelfile").read_text()
+    tokenizer, model = cpu.load_base(str(folder), "model-f16.gguf")  # the CPU backend's own GGUF reader
+    merged_tokenizer = AutoTokenizer.from_pretrained(folder / "merged")
+    merged = AutoModelForCausalLM.from_pretrained(folder / "merged")
+    assert greedy(tokenizer, model, skill, tasks) == greedy(merged_tokenizer, merged, skill, tasks)
+    assert tokenizer.chat_template == merged_tokenizer.chat_template and tokenizer.get_vocab() == merged_tokenizer.get_vocab()
+
+    code, out, err = export_cmd(capsys, "--export", "gguf-q8", "--backend", "cpu", "--gguf", "q8_0")
+    assert code == 0 and "model-q8_0.gguf" in out, err
+    assert (root / "gguf-q8" / "model-q8_0.gguf").stat().st_size < 0.6 * (folder / "model-f16.gguf").stat().st_size
+    _, quantized = cpu.load_base(str(root / "gguf-q8"), "model-q8_0.gguf")
+    want, got = merged.state_dict(), quantized.state_dict()
+    assert set(want) == set(got)
+    for name, w in want.items():
+        assert float((got[name].float() - w.float()).abs().max()) <= 0.01 * float(w.float().abs().max()) + 1e-6, name
+
+
+@pytest.mark.slow
+@needs_cpu
 def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, exported, monkeypatch, capsys):
     import hashlib
 
@@ -584,3 +617,18 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     (out / "merged" / "stale.bin").unlink()
     assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")[0] == 0
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out")) == []  # no partial or old folder left
+
+
+@pytest.mark.parametrize("architecture, tokenizer, why", [
+    ("GPT2LMHeadModel", {"model": {"type": "BPE"}}, "GGUF export covers LlamaForCausalLM, Qwen2ForCausalLM; this model is GPT2LMHeadModel"),
+    ("LlamaForCausalLM", {"model": {"type": "Unigram"}}, "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one"),
+    ("Qwen2ForCausalLM", None, "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one"),
+    ("Qwen2ForCausalLM", {"model": {"type": "BPE"}}, None),
+])
+def test_gguf_export_takes_the_cpu_backends_architectures_with_a_bpe_tokenizer(tmp_path, architecture, tokenizer, why):
+    from skill_rl import gguf_export
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    if tokenizer is not None:
+        (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert gguf_export.problem(tmp_path) == why

@@ -67,3 +67,23 @@ def test_score_summary_shows_the_judge_model_literally(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0, err
     assert "qwen[lora]" in err
+
+
+def test_a_piped_phase_prints_a_line_per_period_with_what_it_has_done(monkeypatch, capsys):
+    """Counted, not timed: while each "batch" runs, the phase's own thread prints a line saying how many are done."""
+    from rich.console import Console
+
+    from skill_rl import progress
+
+    monkeypatch.setenv("SKILL_RL_PROGRESS_SECONDS", "0.01")
+    piped = Console(stderr=True, force_terminal=False)
+    with progress.phase("warm start", 3, "batches", console=piped) as advance:
+        for done in range(3):
+            err = ""
+            while f"warm start: {done}/3 batches, " not in err:  # bounded by the test's timeout, not by a clock
+                err += capsys.readouterr().err
+            assert all(line.startswith("warm start: ") for line in err.splitlines()), err
+            advance()
+    with progress.phase("quiet", 1, quiet=True, console=piped):
+        pass
+    assert "quiet" not in capsys.readouterr().err

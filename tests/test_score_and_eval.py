@@ -147,3 +147,33 @@ def test_eval_keeps_the_other_models_when_one_endpoint_is_down(tmp_path, capsys,
     assert rows["good"]["n"] == 3 and rows["good"]["format"] == 1.0
     assert rows["down"]["n"] == 0 and rows["down"]["failures"] == 3
     assert "down: " in capsys.readouterr().err
+
+
+def test_eval_backend_cpu_without_a_run_exits_2_naming_the_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--skill", "git-commit", "--eval", "--backend", "cpu", "--run-name", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: --eval --backend cpu: no run with checkpoints at .art/skill-rl/models/nope (from --project "
+                   "skill-rl, run nope); train it first, or pass the --run-name (and --project) the training used"), err
+
+
+@pytest.mark.parametrize("line, field", [("max_tokens: -3", "max_tokens"), ("temperature: hot", "temperature"),
+                                         ("max_tokens: true", "max_tokens"), ("base_model: [1]", "base_model")])
+def test_eval_backend_cpu_refuses_a_runs_config_with_a_bad_generation_setting_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                                        line, field):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / ".art" / "skill-rl" / "models" / "r"
+    (run / "checkpoints" / "0001").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"skill: git-commit\n{line}\n")
+    assert main(["--skill", "git-commit", "--eval", "--backend", "cpu", "--run-name", "r"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: .art/skill-rl/models/r/config.yaml: field '{field}' must be a ") and "\n" not in err, err
+
+
+def test_checkpoint_without_export_or_a_cpu_eval_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["--skill", "git-commit", "--score", "x.jsonl", "--checkpoint", "best"])
+    assert stop.value.code == 2 and "--checkpoint goes with --export DIR or --eval --backend cpu" in capsys.readouterr().err
+    assert main(["--skill", "git-commit", "--eval", "--model", "m@http://127.0.0.1:9/v1", "--checkpoint", "best"]) == 2
+    assert "--checkpoint goes with --export DIR, or with --eval --backend cpu (no --model)" in capsys.readouterr().err

@@ -179,3 +179,32 @@ def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_impor
     frozen = gc.get_freeze_count()
     gc.unfreeze()  # as before, for the tests that follow
     assert frozen > 100_000
+
+
+@pytest.mark.slow  # skill_rl.training.steps imports ART
+def test_the_run_summary_counts_no_variance_as_the_step_lines_do_and_names_what_did_not_happen():
+    from skill_rl.training.steps import Stats, Totals
+
+    totals = Totals(steps=2)
+    totals.add(Stats(no_variance=1, judge_failures=1))  # a training step's line: no variance 1
+    totals.add(Stats(no_variance=3, judge_failures=2), training=False)  # a validation: failures count, variance not
+    assert totals.no_variance == 1 and totals.judge_failures == 3
+    assert totals.line() == ("this run: steps 2, judge failures 3, rollout errors 0, dropped 0, no variance 1, "
+                             "warm start failures 0, check errors 0")
+    assert totals.line(judged=False, warm_start=False) == ("this run: steps 2, rollout errors 0, dropped 0, no variance 1, "
+                                                           "check errors 0, no judge, no warm start")
+
+
+@pytest.mark.slow  # skill_rl.training.steps imports ART
+def test_validation_answers_cut_at_max_tokens_are_warned_about_and_whole_ones_are_not():
+    import art
+
+    from skill_rl.training.steps import cut_warning
+
+    def answer(truncated):
+        return art.Trajectory(messages_and_choices=[], reward=0.5, metrics={"truncated": float(truncated)})
+
+    assert cut_warning([answer(False), answer(False)], 48, 10) is None
+    assert cut_warning([answer(True), answer(False), answer(True)], 48, 10) == (
+        "warning: 2 of 3 validation answers at step 10 were cut at --max-tokens 48 (finish_reason length): the scores "
+        "above are of unfinished answers; raise --max-tokens to see whole ones")

@@ -15,6 +15,7 @@ from skill_rl.errors import Exit
 from skill_rl.cpu.weights import TINY_MODEL
 from skill_rl.cpu.policy import Policy
 from skill_rl.cpu.server import Server
+from skill_rl.progress import phase
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,8 @@ def _next(mask):
 class CPUBackend:
     """ART's backend interface, as the training loop and `TrainableModel` call it, for one model."""
 
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
+    def __init__(self, seed: int = 0, quiet: bool = False) -> None:
+        self.seed, self.quiet = seed, quiet  # quiet: no progress (progress.phase) for the warm start's and RL's passes
         # Loading, training and saving run on one thread: each thread that allocates gets its own malloc
         # arena, and arenas holding a long prompt's activations each keep their memory.
         self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="skill-rl-cpu")
@@ -143,11 +144,22 @@ class CPUBackend:
         if not tokens:  # every group scored alike: no advantage, no gradient; the step still counts
             return {"loss/train": 0.0, "cpu/trained_trajectories": 0.0, "cpu/train_s": time.perf_counter() - started}
         kl = [0.0]  # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
-        metrics = self.policy.step(learning_rate, (self._loss(prefix, packed, tokens, anchor, kl) for prefix, packed in parts))
+        with phase("training", len(parts), "groups", self.quiet) as advance:
+            metrics = self.policy.step(learning_rate, self._counted((self._loss(prefix, packed, tokens, anchor, kl)
+                                                                     for prefix, packed in parts), advance))
         if anchor is not None:  # ART's name (unsloth/train.py), a mean over the step's trained tokens
             metrics["loss/kl_policy_ref"] = kl[0] / tokens
         return {**metrics, "cpu/trained_trajectories": float(len(results)), "cpu/trained_tokens": float(tokens),
                 "cpu/train_s": time.perf_counter() - started}
+
+    @staticmethod
+    def _counted(losses, advance):
+        """The losses, `advance` called as each one's backward pass ends (Policy.step takes them in turn)."""
+        for i, loss in enumerate(losses):
+            if i:
+                advance()
+            yield loss
+        advance()
 
     def _loss(self, prefix: list[int], packed, tokens: int, anchor: Anchor | None = None, kl: list | None = None):
         """ART's policy loss for one group's rows after their shared prefix, summed, over all the step's tokens.
@@ -194,11 +206,13 @@ class CPUBackend:
                                        assistant_turns=config.assistant_turns)
             if batch.num_trainable_tokens:
                 batches.append(batch)
-        for batch in batches:
-            metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch), "sft")
-            yield {**metrics, "data/step_num_trajectories": float(len(examples)),
-                   "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
-                   "data/step_num_gradient_steps": float(len(batches))}
+        with phase("warm start", len(batches), "batches", self.quiet) as advance:
+            for batch in batches:
+                metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch), "sft")
+                advance()
+                yield {**metrics, "data/step_num_trajectories": float(len(examples)),
+                       "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
+                       "data/step_num_gradient_steps": float(len(batches))}
         if batches:
             await self._run(self.policy.save, self._checkpoint(model, await self._get_step(model) + 1))
 

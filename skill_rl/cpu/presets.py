@@ -4,9 +4,10 @@ say what the run is and how long it should take. Imports nothing heavy.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from skill_rl.cpu.weights import TINY_MODEL, locate, quiet_threads
+from skill_rl.cpu.weights import TINY_MODEL, busy_cores, locate, quiet_threads, threads
 from skill_rl.prompts import Fade
 
 
@@ -57,26 +58,58 @@ def estimated_seconds(args, val_tasks: int, train_tasks: int) -> float:
             + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1))
 
 
+MEASURED_CORES = 2  # the constants above were measured with two torch threads on two idle cores
+
+
+def slowdown(busy: float, threads: int, cores: int) -> float:
+    """How much longer than on MEASURED_CORES idle cores a run takes with `threads` torch threads while other work
+    keeps `busy` cores busy: the cores it gets (its threads, or fewer when the free cores are fewer; half a core at
+    the least) against MEASURED_CORES. Never below 1: more cores than measured are not assumed to help."""
+    gets = min(threads, max(0.5, cores - busy + 0.25))
+    return max(1.0, MEASURED_CORES / gets)
+
+
+def clock(args, seconds: float, busy: float, threads_: int, cores: int) -> str:
+    """`about N min ...`: on a loaded machine the longer figure, the load and the threads; else the plain one."""
+    base = max(1, round(seconds / 60))
+    factor = slowdown(busy, threads_, cores)
+    if factor < 1.1:
+        return f"about {base} min on {MEASURED_CORES} cores ({threads_} torch thread{'s' * (threads_ != 1)})"
+    return (f"about {max(1, round(seconds * factor / 60))} min here: other work keeps {busy:.1f} of {cores} cores busy, "
+            f"so it runs on {threads_} torch thread{'s' * (threads_ != 1)} ({base} min on {MEASURED_CORES} idle cores)")
+
+
 def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
-    """The first lines of a CPU run: what it is, how long it should take, how to run the real thing.
+    """The first lines of a CPU run: what it is, how long it should take here (the cores busy now measured once), how
+    to run the real thing.
 
     Exits 2 first when the base model's weights are not on this machine."""
     locate(base_model)
     quiet_threads()
+    busy = busy_cores()
     seconds = estimated_seconds(args, val_tasks, train_tasks)
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
     return (f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "
             f"{args.steps} steps of {args.groups_per_step} tasks x {args.rollouts_per_group} answers of at most "
-            f"{args.max_tokens} tokens: about {max(1, round(seconds / 60))} min on 2 cores. A model this small learns "
+            f"{args.max_tokens} tokens: {clock(args, seconds, busy, threads(busy), os.cpu_count() or 1)}. A model this "
+            "small learns "
             "an output's format, not its content.\n"
             "the real run: a CUDA GPU (--backend local), W&B Serverless (WANDB_API_KEY) or Tinker (TINKER_API_KEY); "
             "see README, 'Quick start'")
 
 
-def serve_hint(checkpoint: Path, base_model: str, eval_flags: str = "") -> str:
-    """`eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md)."""
-    extra = "" if base_model == TINY_MODEL else f" --base-model {base_model}"
-    return (f"serve it, and its base model as `base`, for --eval: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
-            f"  then, with its key: OPENAI_API_KEY=\"$(cat .art/cpu-server-8000.key)\" ... --eval --judge none{eval_flags} "
-            "--model base@http://127.0.0.1:8000/v1 --model trained@http://127.0.0.1:8000/v1")
+def serve_hint(checkpoint: Path, args, eval_flags: str = "") -> str:
+    """How to evaluate a CPU run's checkpoint against its base model: in this process (cpu/evaluation.py), or served.
+    `eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md). Both
+    commands carry the run's --max-tokens: --eval's own default (1,024) lets a 135M model loop for minutes."""
+    extra = "" if args.base_model == TINY_MODEL else f" --base-model {args.base_model}"
+    project = "" if args.project == "skill-rl" else f" --project {args.project}"
+    step = int(checkpoint.name)
+    return (f"evaluate it against its base model, in this process: python train_skill.py --skill {args.skill} --eval "
+            f"--backend cpu --run-name {args.run_name}{project}{extra} --checkpoint {step} --max-tokens {args.max_tokens}"
+            f"{eval_flags}\n"
+            f"  or serve it, and its base model as `base`: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
+            f"  then, with its key: OPENAI_API_KEY=\"$(cat .art/cpu-server-8000.key)\" ... --eval --judge none "
+            f"--max-tokens {args.max_tokens}{eval_flags} --model base@http://127.0.0.1:8000/v1 "
+            "--model trained@http://127.0.0.1:8000/v1")

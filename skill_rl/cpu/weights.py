@@ -34,10 +34,10 @@ def quiet_threads() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def threads() -> int:
+def threads(busy: float | None = None) -> int:
     """Torch threads: SKILL_RL_CPU_THREADS (a whole number from 1 to this machine's cores: more threads than cores
-    only slow every step; anything else is exit 2), else the cores that other work leaves free now (busy_cores;
-    at least 1)."""
+    only slow every step; anything else is exit 2), else the cores that other work leaves free now (busy_cores, or
+    `busy` when measured already; at least 1)."""
     cores = os.cpu_count() or 1
     text = os.environ.get("SKILL_RL_CPU_THREADS", "").strip()
     if text:  # ASCII digits only: str.isdigit takes '²', which int() refuses
@@ -45,7 +45,8 @@ def threads() -> int:
             raise Exit(2, f"SKILL_RL_CPU_THREADS={show(text, 20)}: expected a whole number from 1 to {cores} "
                           "(this machine's cores)")
         return int(text)
-    return max(1, cores - int(busy_cores() + 0.25))  # whole cores busy elsewhere
+    busy = busy_cores() if busy is None else busy
+    return max(1, cores - int(busy + 0.25))  # whole cores busy elsewhere
 
 
 def busy_cores(seconds: float = 0.5) -> float:

@@ -51,7 +51,9 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
         problems.append(problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
     weights, judged, derive = skill_settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
     sections, steps, rules = parse_body(md, body, body_line, problems)
+    before = len(problems)
     checks = load_user_code(folder, "checks.py", lint_checks, problems) if with_checks else None
+    with_tasks = with_tasks and len(problems) == before  # a task's `expect` is read with checks.py's Expect: not without it
     exploits = load_user_code(folder, "exploits.py", lint_exploits, problems) if with_checks else None
     tasks_file = folder / "tasks.jsonl"
     if not tasks_file.exists() and (folder / EVALS).exists():  # skill-creator's test cases, as tasks

@@ -235,7 +235,7 @@ def tinker_models() -> list[str]:
 # ------------------------------------------------------------------ building
 
 
-def make_backend(kind: str):
+def make_backend(kind: str, quiet: bool = False):
     import importlib
 
     if kind == "local":
@@ -255,7 +255,7 @@ def make_backend(kind: str):
             raise Exit(2, f"--backend tinker needs ART's tinker extra: {TINKER_INSTALL} ({e})")
         return TinkerBackend()
     if kind == "cpu":
-        return cpu.CPUBackend()
+        return cpu.CPUBackend(quiet=quiet)
     module, _, cls = kind.partition(":")
     try:
         return getattr(importlib.import_module(module), cls)()
@@ -383,7 +383,7 @@ def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
                   "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)"]
     elif kind == "cpu":  # its step 0 is the base model, with no checkpoint folder to serve
         arms = f" --baseline --without-skill {args.without_skill}" if getattr(args, "internalize", False) else ""
-        lines.append(cpu.serve_hint(ckpt, args.base_model, arms) if kept.step else
+        lines.append(cpu.serve_hint(ckpt, args, arms) if kept.step else
                      "no checkpoint yet: nothing was trained; the same command goes on from here")
     else:
         lines.append(f"served during this run as {kept.served_as} at {kept.base_url}")

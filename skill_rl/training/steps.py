@@ -17,7 +17,7 @@ from pathlib import Path
 
 import art
 
-from skill_rl import configfile, keys, prompts
+from skill_rl import configfile, keys, progress, prompts
 from skill_rl.config import Run
 from skill_rl.errors import Exit
 from skill_rl.evaluate import print_table, summarize
@@ -62,12 +62,18 @@ class Totals:
     warm_start_failures: int = 0
     check_errors: int = 0
 
-    def add(self, stats: Stats) -> None:
+    def add(self, stats: Stats, training: bool = True) -> None:
+        """A batch's counts; "no variance" from training steps only, as the step lines count it (a validation's
+        groups train nothing, and no line of it says how many scored alike)."""
         for f in fields(Stats):
-            setattr(self, f.name, getattr(self, f.name) + getattr(stats, f.name))
+            if training or f.name != "no_variance":
+                setattr(self, f.name, getattr(self, f.name) + getattr(stats, f.name))
 
-    def line(self) -> str:
-        return "this run: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in asdict(self).items())
+    def line(self, judged: bool = True, warm_start: bool = True) -> str:
+        """The counts, naming what did not happen rather than counting it as 0 (no judge, no warm start)."""
+        left_out = {"judge_failures": not judged, "warm_start_failures": not warm_start}
+        counts = [f"{k.replace('_', ' ')} {v}" for k, v in asdict(self).items() if not left_out.get(k)]
+        return "this run: " + ", ".join(counts + ["no judge"] * (not judged) + ["no warm start"] * (not warm_start))
 
     def failed(self) -> bool:
         return any(getattr(self, k) for k in FAILURES)
@@ -118,7 +124,7 @@ class Trainer:
     async def start(cls, run: Run, skill: Skill) -> Trainer:
         """The backend and the registered model; the run's lock held; Ctrl-C and SIGTERM stop after a step."""
         t = cls(run, skill)
-        t.backend = backends.make_backend(t.kind)
+        t.backend = backends.make_backend(t.kind, t.s.quiet)
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
@@ -174,7 +180,7 @@ class Trainer:
                     timeout=self.s.request_timeout, with_skill=with_skill, without=self.fade and self.fade.without)
             for _ in range(self.s.rollouts_per_group))
 
-    async def gather(self, batch: list[Task], desc: str, carries=lambda task: True):
+    async def gather(self, batch: list[Task], desc: str, carries=lambda task: True, training: bool = True):
         """The batch's groups, scored; what went wrong; the judge's tokens and cost for this batch."""
         stats, mark = Stats(), self.scorer.usage.copy()
 
@@ -190,18 +196,23 @@ class Trainer:
             stats.no_variance += len({round(t.reward, 6) for t in group.trajectories}) == 1
             return group
 
-        try:
-            groups = await art.gather_trajectory_groups(
-                (self._group(t, carries(t)) for t in batch), pbar_desc=None if self.s.quiet else desc,
-                max_exceptions=self.s.max_exceptions, after_each=after_each,
-                max_metrics=0)  # metrics are filled in by scoring, after the bar has seen them
+        async def counted(group):
+            kept = await after_each(group)
+            advance()
+            return kept
+
+        try:  # progress.phase, not ART's bar: a bar on a terminal, periodic lines when piped
+            with progress.phase(f"{desc}: rollouts", len(batch), "groups", self.s.quiet) as advance:
+                groups = await art.gather_trajectory_groups(
+                    (self._group(t, carries(t)) for t in batch), pbar_desc=None, max_exceptions=self.s.max_exceptions,
+                    after_each=counted, max_metrics=0)  # metrics are filled in by scoring
         except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
             raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {self.s.max_exceptions} allows "
                           f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
                           "run the same command to resume")
         stats.dropped = len(batch) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
         penalise_repeats(groups, self.skill)  # what repeats across the step's tasks is paid for nowhere (scoring/repeats.py)
-        self.totals.add(stats)  # training and validation alike
+        self.totals.add(stats, training)  # training and validation alike, but for "no variance"
         return groups, stats, self.scorer.usage.since(mark)
 
     async def log_step(self, groups, result, stats: Stats, used, step: int) -> tuple[dict, str | None]:
@@ -232,9 +243,9 @@ class Trainer:
         if not self.val_tasks:
             return None
         mark, arm, started = self.scorer.usage.copy(), {}, time.perf_counter()
-        groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None)
+        groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None, training=False)
         if self.fade:
-            on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md")
+            on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md", training=False)
             stats = Stats(**{f.name: getattr(stats, f.name) + getattr(more, f.name) for f in fields(Stats)})
             rewards = [t.reward for g in on for t in g.trajectories]  # as val/reward: after the repeats' cut
             means = {**step_means(on), "reward": sum(rewards) / len(rewards) if rewards else None}
@@ -247,8 +258,9 @@ class Trainer:
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
         without = (f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else "")
+        cut = sum(t.metrics.get("truncated", 0.0) for t in scores)
         print(f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
-              f"{stats.judge_failures}" + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
+              f"{stats.judge_failures}" + (f" | cut at --max-tokens {int(cut)} of {len(scores)}" if cut else "") + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
               + f" | {time.perf_counter() - started:.1f} s", flush=True)
         self.val_results.append((step, groups))
         await self.answers(step, groups)
@@ -283,6 +295,8 @@ class Trainer:
             rows = [summarize(f"{self.model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], self.scorer)]
             print_table(self.skill, rows, title=f"{self.skill.name}: validation of the trained model (step {last_step})"
                         + (", without SKILL.md" if self.fade else ""))
+            if line := cut_warning([t for g in groups for t in g.trajectories], self.s.max_tokens, last_step):
+                print(line)
             if self.fade:
                 print_arms(self.skill, arms(self.dir / "history.jsonl", last_step), last_step)
         print("\n" + "\n".join(backends.ending_lines(self.kind, self.s, self.model.name, kept)))
@@ -296,10 +310,19 @@ class Trainer:
                 print(clean(f"warning: the last validation's answers collapsed to one {name}: {value!r} in all {n} of them "
                             "(the reward may pay for the form more than for this choice; see the step lines' warnings)"))
         print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
-        print(self.totals.line())
+        print(self.totals.line(judged=self.scorer.judge is not None, warm_start=bool(self.s.sft)))
         if line := self.scorer.cache_line():
             print(line)
         return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
+
+
+def cut_warning(trajectories, max_tokens: int, step: int) -> str | None:
+    """A warning when a validation's answers ran into --max-tokens: their scores are of unfinished answers."""
+    cut = int(sum(t.metrics.get("truncated", 0.0) for t in trajectories))
+    if not cut:
+        return None
+    return (f"warning: {cut} of {len(trajectories)} validation answers at step {step} were cut at --max-tokens {max_tokens} "
+            "(finish_reason length): the scores above are of unfinished answers; raise --max-tokens to see whole ones")
 
 
 ARM_KEYS = ("format", "procedure", "correctness", "reward", "prompt_tokens")

@@ -286,8 +286,10 @@ async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dic
                for t in tasks for c in select(by_task[t.id], args.teacher_min_reward, counts)]
     found = ", ".join(f"{counts[k]} {label}" for k, label in SOURCE_LABELS.items() if counts[k])
     dropped = ", ".join(f"{v} {k}" for k, v in counts.items() if v and k not in SOURCE_LABELS)
-    print(f"warm start: candidates {found or 'none'}; {len(failed)} teacher task failure(s); "
-          f"{judge_failures} judge failure(s); dropped: {dropped or 'nothing'} (--teacher-min-reward {args.teacher_min_reward:g})")
+    teacher = f"{len(failed)} teacher task failure(s)" if plan.teacher else "no teacher"  # none asked: none failed
+    judged = f"{judge_failures} judge failure(s)" if scorer.judge is not None else "no judge (checks only)"
+    print(f"warm start: candidates {found or 'none'}; {teacher}; {judged}; dropped: {dropped or 'nothing'} "
+          f"(--teacher-min-reward {args.teacher_min_reward:g})")
     print(f"warm start: kept {len(records)} example(s) for {len({r['task_id'] for r in records})} of {len(tasks)} train tasks", flush=True)
     return records, len(failed) + judge_failures
 
