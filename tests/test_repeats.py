@@ -1,6 +1,7 @@
 """The step pass (skill_rl/scoring/repeats.py): what repeats across different tasks once each task's own words are
 masked is paid for nowhere, and what is the same because it is right is never charged."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -176,3 +177,18 @@ def test_structure_repeats_between_honest_answers_and_boilerplate_in_a_trailers_
     assert repeats.shares(honest) == [0.0, 0.0]
     smuggled = "Quality-Note: this change improves the overall quality and maintainability of the code"
     assert min(repeats.shares([(DATES, f"fix: parse dates\n\n{smuggled}"), (RETRY, f"feat: add retries\n\n{smuggled}")])) == 1.0
+
+
+def test_a_template_line_filled_with_one_of_its_alternatives_costs_nothing_but_a_free_placeholder_filled_does():
+    """`Release type: <major | minor | patch>` filled in is prescribed, on tasks without a reference too; a line
+    whose placeholder is free text (`- <entry> (#<number>)`) is the answer's own content once filled."""
+    skill = load_skill(ROOT / "skills" / "release-notes")
+    bare = [t.model_copy(update={"reference": None}) for t in skill.tasks[:3]]
+    skill = dataclasses.replace(skill, tasks=tuple(bare))
+    assert {"Release type: major", "Release type: minor", "Release type: patch"} <= repeats.prescribed(skill)
+    same = "Release type: minor"
+    filler = "- Improve the handling of every option users pass (#1)"
+    outputs = [f"# p {i}.0.0\n\n{same}\n\n## Fixes\n- fix number {i} of many: {t.input.split()[1]}" for i, t in enumerate(bare)]
+    assert repeats.shares([(t.input, o) for t, o in zip(bare, outputs)], skill) == [0.0] * 3
+    padded = [f"{o}\n{filler}" for o in outputs]
+    assert min(repeats.shares([(t.input, o) for t, o in zip(bare, padded)], skill)) > 0.5

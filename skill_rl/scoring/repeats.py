@@ -22,9 +22,9 @@ The penalty is the repeated skeleton itself, not its share of the output, so add
 it: an output that adds false findings to a repeated one is charged at least as much. What is the same because it
 is right is never charged: an output or line of under MIN_LETTERS letters of its own (a label, a verdict,
 "add § to the §"), a line of structure (a heading of up to three words, a label line, a trailer such as
-`Signed-off-by:`), a line the SKILL.md prescribes (its Output Format's lines, its placeholders' alternatives
-and the code spans of it and of its Rules: a footer, a template heading, a verdict; not its examples, which
-copied into every answer are the constant answer), a skeleton of the task's own reference, and for a task
+`Signed-off-by:`), a line the SKILL.md prescribes (its Output Format's lines, its placeholders' alternatives,
+its lines of alternatives filled in (`Release type: minor`) and the code spans of it and of its Rules: a footer,
+a template heading, a verdict; not its examples, which copied into every answer are the constant answer), a skeleton of the task's own reference, and for a task
 without a reference a skeleton two references to different tasks share (a section heading, "docs: fix typo
 in §"). Outputs for the same task (a group's rollouts) never count against each other.
 """
@@ -101,13 +101,33 @@ CHOICES = re.compile(r"<([^<>\n]*\|[^<>\n]*)>")  # a template placeholder of alt
 
 def prescribed(skill) -> frozenset[str]:
     """The lines SKILL.md prescribes for an output: its Output Format section's lines (the template included), the
-    alternatives of its placeholders (`<approve | request-changes>`) and the code spans of it and of its Rules. Not its examples: an example copied into every answer is
-    the constant answer, not a prescribed line."""
+    alternatives of its placeholders (`<approve | request-changes>`), its lines whose only placeholders are
+    alternatives, filled with each (`Release type: minor`), and the code spans of it and of its Rules. Not its
+    examples: an example copied into every answer is the constant answer, not a prescribed line."""
     fmt = skill.sections["output format"].text if "output format" in skill.sections else ""
     rules = "\n".join(skill.rules)
     lines = [line.strip().lstrip("-*> ").strip() for line in fmt.split("\n")]
     choices = [c.strip() for group in CHOICES.findall(fmt) for c in group.split("|")]
-    return frozenset(x for x in lines + choices + SPAN.findall(fmt) + SPAN.findall(rules) if x.strip())
+    filled = [x for line in lines for x in _filled(line)]
+    return frozenset(x for x in lines + choices + filled + SPAN.findall(fmt) + SPAN.findall(rules) if x.strip())
+
+
+FILLED_MOST = 64  # a template line's fillings, at most: more alternatives than this are not a prescribed line
+
+
+def _filled(line: str) -> list[str]:
+    """A template line whose only placeholders are alternatives (`Release type: <major | minor | patch>`), filled
+    with each: every filling is a line SKILL.md prescribes. A line with a free placeholder (`- <entry> (#<n>)`)
+    prescribes nothing once filled: what fills it is the answer's own content."""
+    if not CHOICES.search(line) or "<" in CHOICES.sub("", line):
+        return []
+    out = [""]
+    for i, part in enumerate(CHOICES.split(line)):  # literal text, then a placeholder's alternatives, in turn
+        options = [c.strip() for c in part.split("|")] if i % 2 else [part]
+        out = [head + o for head in out for o in options]
+        if len(out) > FILLED_MOST:
+            return []
+    return out
 
 
 def exempt(skill=None, inputs: list[str] = ()) -> Exempt:
