@@ -172,6 +172,14 @@ def test_a_body_is_never_asked_for_and_a_generic_one_is_cut():
     assert checks.body_about_the_diff(why, task(diff=RETRY_DIFF)) is True  # a why in other words, under a grounded subject
 
 
+def test_a_squash_merges_list_of_its_own_header_is_no_body_and_hides_none():
+    """GitHub's squash merge writes the squashed commits' headers as the body (`* fix: ...`): the header again
+    is read as no body at all, so it costs nothing, and it never hides a generic paragraph beside it."""
+    header = "fix: stop the crash when PowerShell reads a variable it never set"
+    assert checks.body_about_the_diff(f"{header}\n\n* {header}", task(diff=RETRY_DIFF)) is None
+    assert checks.body_about_the_diff(f"{header}\n\n* {header}\n\n{BOILERPLATE}", task(diff=RETRY_DIFF)) is False
+
+
 def test_the_body_and_subject_estimates_never_pay():
     for name in ("body_about_the_diff", "grounded", "specific_subject"):
         fn = getattr(checks, name)

@@ -227,13 +227,16 @@ def body_about_the_diff(output: str, task) -> bool | None:
     """Step 6, estimated: a body long enough to say something (GENERIC_PARAGRAPH specific words or more) names
     something of this diff, or its subject does (a body says why, often in words the diff does not hold), no
     paragraph of it says the subject again, and it is not the diff's own changed lines pasted (half its lines or
-    more). A generic body ("improves the overall
-    quality and maintainability") is cut; a body is never asked for (humans leave it out of most commits, large
-    ones included) and never paid. None for a header alone."""
+    more). A generic body ("improves the overall quality and maintainability") is cut; a body is never asked for
+    (humans leave it out of most commits, large ones included) and never paid. The header again as a list item
+    (`* fix: ...`, the list of squashed commits GitHub writes into a squash merge's body) is not read as the
+    body's words: it says nothing more, and costs nothing. None for a header alone."""
     msg = parse(output)
-    if not "".join(msg.rest).strip():
+    squashed = {f"* {msg.header.strip()}", f"- {msg.header.strip()}"}
+    rest = "\n".join(line for line in msg.rest if line.strip() not in squashed)
+    if not rest.strip():
         return None
-    return _says_something(msg.header[:200], "\n".join(msg.rest)[:MAX_MESSAGE], task.input)
+    return _says_something(msg.header[:200], rest[:MAX_MESSAGE], task.input)
 
 
 @lru_cache(maxsize=8192)
