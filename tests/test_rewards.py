@@ -267,3 +267,13 @@ def test_a_message_for_another_diff_loses(expect):
         assert all(s.reward <= scores[0].reward + 1e-9 for s in scores[1:]), task.id  # never above
         pairs += len(scores) - 1
     assert lost / pairs >= (0.98 if expect else 0.7), f"{lost} of {pairs}"
+
+
+@pytest.mark.parametrize("words", [("speed", "speeds"), ("need", "needs", "needed"), ("use", "uses", "used"),
+                                   ("fix", "fixes", "fixed"), ("cache", "caching", "cached"), ("signature", "signatures")])
+def test_a_words_forms_share_one_key(words):
+    """diffs.key: a word and its plural, -ed and -ing forms compare as one (a subject saying "speeds" names the
+    diff's `speed`), and the "ed" of "speed" is no ending."""
+    from skill_rl.scoring import diffs
+
+    assert len({diffs.key(w) for w in words}) == 1, {w: diffs.key(w) for w in words}

@@ -173,8 +173,8 @@ def key(word: str) -> str:
     w = word.lower()
     if w[0].isdigit():
         return w
-    for ending in ("ing", "ed", "es", "s"):
-        if w.endswith(ending) and len(w) - len(ending) >= 3 and not w.endswith("ss"):
+    for ending in ("ing", "ed", "es", "s"):  # not the "ed" of "speed", "need": their plurals keep it
+        if w.endswith(ending) and len(w) - len(ending) >= (2 if ending == "ed" else 3) and not w.endswith(("ss", "eed")):
             w = w[: -len(ending)]
             break
     return (w.rstrip("e") or w)[:5]
