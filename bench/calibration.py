@@ -1,9 +1,9 @@
 """Each shipped check's pass rate on real human answers, per skill and fixture: the table in docs/scoring.md.
 
-    python bench/calibration.py [--skill NAME ...] [FIXTURE.jsonl ...]
+    python bench/calibration.py [--skill NAME ...] [FIXTURE.jsonl ...]   (default: every skill with fixtures)
 
 For every skill with real fixtures in tests/data/ (git-commit-*.jsonl: commit messages humans wrote, mined with
---tasks-from-git; release-notes-*.jsonl where present) or the fixtures named: per fixture, the references that keep
+--tasks-from-git; release-notes-*.jsonl, review-*.jsonl) or the fixtures named: per fixture, the references that keep
 the skill's hard format (every gate passes: for git-commit, commitlint accepts the message), each check's pass
 rate on them (F: fact, E: estimate; for a skill that turns derivation off, the checks SKILL.md's prose would
 derive, measured but not used), and the share of them scoring below 0.8 by the checks alone, with `expect` as
@@ -26,7 +26,7 @@ from skill_rl.skills import load_skill  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 HELD_OUT = "release-please"  # tests/data/README.md: measured, never tuned on
-FIXTURES = {"git-commit": "git-commit-*.jsonl", "release-notes": "release-notes-*.jsonl"}
+FIXTURES = {"git-commit": "git-commit-*.jsonl", "release-notes": "release-notes-*.jsonl", "code-review": "review-*.jsonl"}
 
 
 def report(skill_name: str, paths: list[Path]) -> int:
