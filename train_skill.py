@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import os
 import sys
@@ -226,8 +227,20 @@ def main(argv=None) -> int:
         keys.redact_process_output()
         if not progress.shown(args.quiet):  # other libraries' tqdm bars too (loading GGUF weights), as ours and ART's
             os.environ.setdefault("TQDM_DISABLE", "1")  # read when tqdm is first imported: before ART, transformers
-    with keys.redacted_output():  # whatever is printed from here on, by us or a library, names no key
-        return run(args)
+    try:
+        with keys.redacted_output():  # whatever is printed from here on, by us or a library, names no key
+            code = run(args)
+            sys.stdout.flush()  # a pipe's buffer: its reader's absence shows here, not at the interpreter's exit
+            return code
+    except OSError as e:  # stdout's reader went away (`| head`), or a disk filled up: one line, no traceback
+        if e.errno == errno.EPIPE:  # Python flushes stdout once more at exit: point it at nothing first
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            print("error: stdout was closed by its reader; stopped", file=sys.stderr)
+            return 1
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"error: {e.strerror}{f': {e.filename}' if e.filename else ''}; stopped", file=sys.stderr)
+            return 1
+        raise
 
 
 def run(args) -> int:

@@ -87,3 +87,32 @@ def test_a_piped_phase_prints_a_line_per_period_with_what_it_has_done(monkeypatc
     with progress.phase("quiet", 1, quiet=True, console=piped):
         pass
     assert "quiet" not in capsys.readouterr().err
+
+
+@pytest.mark.slow  # subprocesses
+@pytest.mark.parametrize("args", [["--list"], ["--skill", "git-commit", "--check"], ["--tasks-from-git"]])
+def test_a_closed_or_full_stdout_stops_with_one_line(tmp_path, args):
+    """`| head` closing the pipe, or a full disk under stdout: exit 1 and at most one line, no traceback (rich's
+    tables stop silently, as Unix tools do; our own lines say why)."""
+    import subprocess
+    import sys
+
+    if args == ["--tasks-from-git"]:
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        git = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@example.com"]
+        subprocess.run([*git[:3], "init", "-q"], check=True)
+        for i in range(3):
+            (repo / f"f{i}.py").write_text(f"x = {i}\n")
+            subprocess.run([*git, "add", "."], check=True)
+            subprocess.run([*git, "commit", "-qm", f"fix: set x to {i}"], check=True)
+        args = ["--skill", "git-commit", "--tasks-from-git", str(repo), "--out", str(tmp_path / "t.jsonl"), "--force"]
+    command = [sys.executable, str(ROOT / "train_skill.py"), *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and "Traceback" not in err and len(err.splitlines()) <= 1, err
+    assert err in ("", "error: stdout was closed by its reader; stopped\n"), err
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, cwd=tmp_path, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) <= 1, done.stderr
