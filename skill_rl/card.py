@@ -32,7 +32,8 @@ def _trained_under(skill, where: Path) -> str:
 
 
 def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: str, architecture: str,
-               base_license: str | None, ollama: bool, evaluation: dict | None = None) -> str:
+               base_license: str | None, ollama: bool, evaluation: dict | None = None, gguf: str | None = None) -> str:
+    """The export's README.md. `gguf`: the GGUF file's name, when --gguf wrote one (the Modelfile then loads it)."""
     adapter = _json(checkpoint / "adapter_config.json")
     rows = [r for r in read_jsonl(where / "history.jsonl") if isinstance(r, dict)]
     name = s.run_name
@@ -49,7 +50,9 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
         f"| `merged/` | the adapter merged into {base_model} ({architecture}): safetensors, tokenizer, chat template; "
         "plain transformers or vLLM, no PEFT |\n"
         "| `system_prompt.txt` | the system message to send it (the one it was trained under at the end) |\n"
-        + ("| `Modelfile` | for `ollama create` (FROM ./merged, the system message, greedy decoding) |\n" if ollama else "")
+        + (f"| `{gguf}` | the merged model as one GGUF file, for llama.cpp and Ollama |\n" if gguf else "")
+        + (f"| `Modelfile` | for `ollama create` (FROM ./{gguf or 'merged'}, the system message, greedy decoding) |\n"
+           if ollama else "")
         + ("| `rewards.png` | the run's reward plot |\n" if (where / "rewards.png").is_file() else "")
         + ("| `eval.png` | the `--eval` chart of the models compared below |\n" if evaluation and evaluation["chart"] else "")
         + f"| `{'export.json'}` | where this came from and every file written |\n",
@@ -82,6 +85,10 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
         "`system_prompt.txt` as the system message):\n",
         f"```bash\nvllm serve ./merged\nvllm serve {base_model} --enable-lora{lora_rank} --lora-modules {name}=./adapter\n```\n",
     ]
+    if gguf:
+        parts.append(f"With llama.cpp, the GGUF file (the chat template is in it; send `system_prompt.txt` as the system "
+                     f"message):\n\n```bash\nllama-cli -m {gguf} -sys \"$(cat system_prompt.txt)\" -cnv --temp 0\n"
+                     f"llama-server -m {gguf} --jinja --temp 0\n```\n")
     if ollama:
         parts.append(f"With Ollama (the Modelfile carries the system message):\n\n```bash\nollama create {skill.name} -f Modelfile\n"
                      f"ollama run {skill.name}\n```\n")

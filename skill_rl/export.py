@@ -232,7 +232,7 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
     from skill_rl.card import model_card
 
     (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama,
-                                              evaluation))
+                                              evaluation, gguf))
     files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
     manifest = {"skill": skill.name, "run": str(where), "checkpoint": str(checkpoint),
                 "base_model": base_model, "files": files + [MANIFEST]}

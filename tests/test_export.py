@@ -563,6 +563,8 @@ def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merge
     assert code == 0 and "merged/, model-f16.gguf, README.md" in out, err
     folder = root / "gguf-f16"
     assert "FROM ./model-f16.gguf" in (folder / "Modelfile").read_text()
+    card = (folder / "README.md").read_text()
+    assert "| `model-f16.gguf` |" in card and "FROM ./model-f16.gguf" in card and "llama-cli -m model-f16.gguf" in card
     tokenizer, model = cpu.load_base(str(folder), "model-f16.gguf")  # the CPU backend's own GGUF reader
     merged_tokenizer = AutoTokenizer.from_pretrained(folder / "merged")
     merged = AutoModelForCausalLM.from_pretrained(folder / "merged")
