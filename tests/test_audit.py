@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import main_in_process
+from conftest import SHIPPED_SKILLS, main_in_process
 from openai_server import FakeOpenAI, by_length, context_input
 from skill_rl.scoring import audit
 from skill_rl.scoring.injection import normalise
@@ -16,7 +16,7 @@ from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.skills import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted(p.name for p in (ROOT / "skills").iterdir() if (p / "SKILL.md").is_file())
+SHIPPED = SHIPPED_SKILLS  # the shipped ones only: a skill a user adds to skills/ is not this project's to test
 
 TITLES = """---
 name: poem-title

@@ -175,6 +175,7 @@ def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_
 
     # greedy: the in-process arm answers as the served checkpoint does, token for token
     server = cpu.serve_checkpoint(run_dir)
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)  # the server answers only its own key
     try:
         assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none", "--split", "all",
                                  "--model", f"trained@{server.url}", "--max-tokens", "8", "--out", str(tmp_path / "served")]) == 0
