@@ -51,6 +51,8 @@ GPU = option("fitting a GPU (--backend local; --context-tokens, at most the mode
 EXPORT = option("export (--export; the run is named as training names it: --run-name, --project, --base-model, "
                 "--backend)")
 ON = {"action": "store_true"}
+KL = "[The KL anchor on each backend](backends.md#the-kl-anchor-on-each-backend)"
+FIT = "[Fitting a GPU](backends.md#fitting-a-gpu)"
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class Settings:
     # training
     backend: str = TRAIN("auto", "auto | local | serverless | tinker | cpu | MODULE:CLASS (default auto)",
                          see="[Backends](backends.md)")
-    base_model: str | None = TRAIN(help=backends.BASE_MODEL_HELP)
+    base_model: str | None = TRAIN(help=backends.BASE_MODEL_HELP, see="[Base models](backends.md#base-models)")
     steps: int | None = TRAIN(help="training steps in all, counting resumed ones (default 50; cpu 10)",
                               type=flags.count(0), preset=50)
     groups_per_step: int | None = TRAIN(help="tasks per step (default 8; cpu 4)", type=flags.count(), preset=8)
@@ -155,26 +157,28 @@ class Settings:
     internalize_floor: float | None = TRAIN(
         help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default "
              f"{prompts.WARM_FLOOR:g} after a warm start: every RL step; {prompts.DEFAULT_FLOOR:g} without one)",
-        type=flags.number(minimum=0, maximum=1), metavar="F")
+        type=flags.number(minimum=0, maximum=1), metavar="F", see="[Internalizing a skill](internalize.md)")
     kl_coef: float | None = TRAIN(
         help="KL anchor: each sampled token's advantage is lowered by F x its KL to the reference (ART's "
              f"kl_penalty_coef; default {anchor.DEFAULT_COEF:g} after a warm start, else 0; docs/cpu-learning.md)",
-        type=flags.number(minimum=0), metavar="F", see="[The KL anchor](cpu-learning.md#the-kl-anchor)")
+        type=flags.number(minimum=0), metavar="F", see=KL)
     kl_ref_step: int | None = TRAIN(
         help="the KL anchor's reference checkpoint (default: the warm start's last step, else the base model); "
              "with --kl-coef 0 the CPU backend measures the KL to it and changes nothing",
-        type=flags.count(0), metavar="N")
+        type=flags.count(0), metavar="N", see=KL)
     prune_collapsed: bool = TRAIN(
         False, "while one of the skill's categorical fields (a commit's type, a review's verdict) has been the same "
                "across different tasks for 3 steps, delete at each validation the checkpoints worse on it than the "
-               "best", **ON, see="[Categorical fields](skills.md#categorical-fields)")
+               "best", **ON,
+        see="[Categorical fields](skills.md#categorical-fields), [Watching a run](scoring.md#watching-a-run-for-reward-hacking)")
 
     # warm start (--sft)
     sft: bool | None = WARM(help="fine-tune on good outputs before RL; once per run, recorded in its state (default "
                                  "off; --backend cpu: on, since its tiny base model never writes a skill's format)",
                             action=argparse.BooleanOptionalAction, preset=False, see="[Warm start](warm-start.md)")
     sft_from: list[str] = WARM([], "references | teacher | FILE (JSONL of {task_id, output}); repeatable (default "
-                                   "references)", action="append", metavar="SOURCE")
+                                   "references)", action="append", metavar="SOURCE",
+                               see="[Warm start](warm-start.md)")
     teacher: str | None = WARM(help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; "
                                     "key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY",
                                type=flags.model_spec, metavar="SPEC")
@@ -211,9 +215,9 @@ class Settings:
     # fitting a GPU
     gpu_memory: float | None = GPU(help="share of GPU memory vLLM may take, in (0, 1] (default: vLLM's own); lower it "
                                         "if vLLM runs out of memory at start-up",
-                                   type=flags.number(above=0, maximum=1), metavar="F")
+                                   type=flags.number(above=0, maximum=1), metavar="F", see=FIT)
     lora_rank: int | None = GPU(help="LoRA rank (default: ART's, 8); --backend tinker too", type=int,
-                                choices=backends.LORA_RANKS)
+                                choices=backends.LORA_RANKS, see=FIT)
 
     # export
     export: Path | None = EXPORT(help="write a trained checkpoint to DIR: adapter, merged model, model card "
