@@ -1,9 +1,11 @@
 """A run's settings, resolved once: flags, per-backend presets, the backend, base model, run name and judge.
 
-`resolve` is the one function that turns the parsed flags (and the environment) into what a command
-runs with; every later function reads the `Run` it returns, whose `settings` cannot be changed. The
-order of its steps is the order problems are reported in: a `--judge none` that would pay for form
-only, the warm start's flags and files, then the backend and base model, then the judge's key.
+`resolve` is the one function that turns the parsed flags (a frozen `Settings`, skill_rl/settings.py) and
+the environment into what a command runs with, for every command (`command` names the one the flags pick);
+every later function reads the `Run` it returns. Each step returns a changed copy (`dataclasses.replace`),
+so the parsed flags stay as parsed. The order of a training run's steps is the order problems are reported
+in: a `--judge none` that would pay for form only, the warm start's flags and files, then the backend and
+base model, then the judge's key.
 """
 
 from __future__ import annotations

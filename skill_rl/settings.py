@@ -12,6 +12,7 @@ or Tinker) or cpu.DEFAULTS (a CPU rehearsal's), and the settings a command runs 
 from __future__ import annotations
 
 import argparse
+import builtins
 import html
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -57,7 +58,8 @@ FIT = "[Fitting a GPU](backends.md#fitting-a-gpu)"
 
 @dataclass(frozen=True)
 class Settings:
-    """Every flag of a run; read-only. `from_flags` parses a command line; config.resolve fills in the rest."""
+    """Every flag of a run; read-only. `from_flags` parses a command line; config.resolve fills in the rest.
+    (`builtins.list`: inside this class, `list` is the --list field.)"""
 
     # skill
     config: Path | None = SKILL(help="flags from a YAML file, keyed by the flags' names (a run folder's config.yaml "
@@ -106,7 +108,7 @@ class Settings:
                                          "warning", **ON)
 
     # evaluation (--eval)
-    model: list[str] = EVAL([], "model id at --base-url, or label=ID@URL; repeatable", type=flags.model_spec,
+    model: builtins.list[str] = EVAL([], "model id at --base-url, or label=ID@URL; repeatable", type=flags.model_spec,
                             action="append", metavar="SPEC")
     base_url: str | None = EVAL(help="default endpoint for --model (env OPENAI_BASE_URL)", type=flags.url)
     api_key: str | None = EVAL(help="key for --base-url (env OPENAI_API_KEY)")
@@ -170,13 +172,14 @@ class Settings:
         False, "while one of the skill's categorical fields (a commit's type, a review's verdict) has been the same "
                "across different tasks for 3 steps, delete at each validation the checkpoints worse on it than the "
                "best", **ON,
-        see="[Categorical fields](skills.md#categorical-fields), [Watching a run](scoring.md#watching-a-run-for-reward-hacking)")
+        see="[Categorical fields](skills.md#categorical-fields), "
+            "[Watching a run](scoring.md#watching-a-run-for-reward-hacking)")
 
     # warm start (--sft)
     sft: bool | None = WARM(help="fine-tune on good outputs before RL; once per run, recorded in its state (default "
                                  "off; --backend cpu: on, since its tiny base model never writes a skill's format)",
                             action=argparse.BooleanOptionalAction, preset=False, see="[Warm start](warm-start.md)")
-    sft_from: list[str] = WARM([], "references | teacher | FILE (JSONL of {task_id, output}); repeatable (default "
+    sft_from: builtins.list[str] = WARM([], "references | teacher | FILE (JSONL of {task_id, output}); repeatable (default "
                                    "references)", action="append", metavar="SOURCE",
                                see="[Warm start](warm-start.md)")
     teacher: str | None = WARM(help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; "
@@ -196,7 +199,8 @@ class Settings:
         help=f"default {warmstart.DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default; --backend cpu "
              f"{cpu.DEFAULTS['sft_learning_rate']:g}",
         type=flags.number(above=0, below=1), metavar="LR", preset=warmstart.DEFAULT_LEARNING_RATE)
-    sft_batch_size: int | str = WARM("auto", "examples per gradient step, or auto: the backend's default (default auto)",
+    sft_batch_size: int | str = WARM("auto", "examples per gradient step, or auto: the backend's default "
+                                             "(default auto)",
                                      type=flags.count_or_auto, metavar="N|auto")
 
     # tasks from git history
