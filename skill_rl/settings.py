@@ -301,16 +301,15 @@ def reference() -> str:
     """docs/cli.md's "Every flag" tables: one per `--help` group, each flag as `--help` names it and its help as
     `--help` prints it (before wrapping), with a docs link where the field has one."""
     p = parser()
-    formatter = p._get_formatter()
+    formatter, see = p._get_formatter(), {f.name: f.metadata["see"] for f in fields(Settings)}
     out = []
     for group in p._action_groups:
         actions = [a for a in group._group_actions if a.dest != "help"]
         if not actions:
             continue
         out += [f"### {group.title}", "", "| flag | meaning | see |", "|---|---|---|"]
-        see = {f.name: f.metadata["see"] for f in fields(Settings)}
         for a in actions:
             flag = formatter._format_action_invocation(a).replace("|", "\\|")
             out.append(f"| `{flag}` | {markdown(formatter._expand_help(a))} | {see[a.dest]} |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out) + "\n"  # a blank line before cog's end marker: the table ends there
