@@ -163,8 +163,8 @@ def cpu_eval_run(s: Settings, skill: Skill) -> tuple[Settings, tuple[Path, str]]
 
     s = replace(s, run_name=s.run_name or run_name(skill, s.base_model or TINY_MODEL))
     where = evaluation.run_folder(s.project, s.run_name)
-    from_run = {key: value for key, value in evaluation.run_settings(where).items() if getattr(s, key) is None}
-    s = default_judge(replace(s, **from_run, base_model=s.base_model or TINY_MODEL), "cpu")
+    s = replace(s, **{key: value for key, value in evaluation.run_settings(where).items() if getattr(s, key) is None})
+    s = default_judge(replace(s, base_model=s.base_model or TINY_MODEL), "cpu")
     checkpoint, why = evaluation.pick(where, s.checkpoint or "best")
     return s, (Path(checkpoint), why)
 
