@@ -108,3 +108,20 @@ def test_no_reader_of_settings_guesses_a_default_with_getattr():
     found = [f"{p.relative_to(ROOT)}:{n}" for p in [ROOT / "train_skill.py", *sorted((ROOT / "skill_rl").rglob("*.py"))]
              for n, line in enumerate(p.read_text().splitlines(), 1) if guessing.search(line)]
     assert found == []
+
+
+def test_a_cpu_eval_takes_the_runs_own_settings_only_where_the_flags_leave_them_out(tmp_path, monkeypatch):
+    from skill_rl.skills import find_skill, load_skill, skill_dirs
+
+    skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
+    monkeypatch.chdir(tmp_path)
+    checkpoint = Path(".art/skill-rl/models/r/checkpoints/0002")
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "adapter_model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")  # an empty adapter
+    (checkpoint.parent.parent / "config.yaml").write_text("max_tokens: 8\ntemperature: 0.5\nbase_model: some/model\n")
+    given = Settings.from_flags(["--skill", "git-commit", "--eval", "--backend", "cpu", "--run-name", "r",
+                                 "--max-tokens", "16", "--judge", "none"])
+    run = config.resolve(given, skill)
+    assert run.command == "eval" and run.checkpoint == (checkpoint, "step 2, the latest")
+    assert (run.settings.max_tokens, run.settings.temperature, run.settings.base_model) == (16, 0.5, "some/model")
+    assert given.temperature is None and given.base_model is None  # the parsed flags stay as parsed
