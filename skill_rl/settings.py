@@ -27,13 +27,11 @@ from skill_rl.training import anchor, backends, warmstart
 def option(group: str):
     """A declarer of the flags of one `--help` group: `name: type = flag(default, help, type=..., ...)`."""
 
-    def flag(default: Any = None, help: str = "", *, names: tuple[str, ...] = (), preset: Any = None,
-             see: str = "", **argparse_kwargs) -> Any:
-        """One flag: `default` as the parser leaves it, `help` as `--help` prints it, `names` when not
-        `--<field name>`, `preset` (a training run's default where `default` is None), `see` (a docs link,
-        docs/cli.md's alone), and argparse's own `type`, `choices`, `metavar`, `action`, `nargs`, `const`."""
-        meta = {"group": group, "help": help, "names": names, "preset": preset, "see": see,
-                "argparse": argparse_kwargs}
+    def flag(default: Any = None, help: str = "", *, preset: Any = None, see: str = "", **argparse_kwargs) -> Any:
+        """One flag, `--<field name with dashes>`: `default` as the parser leaves it, `help` as `--help` prints it,
+        `preset` (a training run's default where `default` is None), `see` (a docs link, docs/cli.md's alone), and
+        argparse's own `type`, `choices`, `metavar`, `action`, `nargs`, `const`."""
+        meta = {"group": group, "help": help, "preset": preset, "see": see, "argparse": argparse_kwargs}
         if isinstance(default, list):
             return field(default_factory=list, metadata=meta)
         return field(default=default, metadata=meta)
@@ -264,8 +262,7 @@ def parser(description: str = "") -> flags.Parser:
     for f in fields(Settings):
         meta = f.metadata
         group = groups.get(meta["group"]) or groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
-        names = meta["names"] or ("--" + f.name.replace("_", "-"),)
-        group.add_argument(*names, dest=f.name, default=default(f), help=meta["help"], **meta["argparse"])
+        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=default(f), help=meta["help"], **meta["argparse"])
     return p
 
 
