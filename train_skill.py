@@ -23,7 +23,6 @@ Re-running the same command resumes the run (same --run-name); Ctrl-C stops afte
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import errno
 import gc
@@ -32,125 +31,19 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import config, configfile, export, flags, keys, mining, progress, prompts
+from skill_rl import cli, config, evaluate, export, keys, mining, progress, score, settings
 from skill_rl.training import anchor, backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.scoring import audit
+from skill_rl.settings import Settings
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
 
 HERE = Path(__file__).resolve().parent
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = flags.Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    s = p.add_argument_group("skill")
-    s.add_argument("--config", type=Path, metavar="FILE",
-                   help="flags from a YAML file, keyed by the flags' names (a run folder's config.yaml runs it again); flags given here win")
-    s.add_argument("--skill", type=flags.skill_name, help="skill folder name under --skills-dir")
-    s.add_argument("--skills-dir", type=Path, default=None,
-                   help="where skills live (default: ./skills if present, then the shipped skills; --init: ./skills)")
-    s.add_argument("--list", action="store_true", help="list the skills with their descriptions")
-    s.add_argument("--init", type=flags.skill_name, metavar="NAME", help="start a new skill NAME from the template")
-    s.add_argument("--check", action="store_true", help="validate SKILL.md and tasks.jsonl, print a summary")
-    s.add_argument("--score", type=Path, metavar="FILE", help="score the outputs in a JSONL file")
-    s.add_argument("--eval", action="store_true", help="compare --model endpoints on the skill's held-out tasks")
-    s.add_argument("--out", type=Path, help="--score: JSONL file (default stdout); --eval: output folder; --tasks-from-git: tasks file")
-    s.add_argument("--resume", action="store_true", help="--score/--eval: keep what --out already holds, do only the rest")
-    s.add_argument("--quiet", action="store_true", help="no progress bars (they are off anyway when output is not a terminal)")
-
-    j = p.add_argument_group("judge (RULER)")
-    j.add_argument("--judge", choices=("ruler", "none"), default=None,
-                   help="'none' scores offline: checks only (default ruler; --backend cpu: none unless a judge is set up)")
-    j.add_argument("--format-only-reward", action="store_true",
-                   help="train with --judge none even when the checks cover little of correctness (raw tasks without "
-                        "`expect`, a markdown-only skill): the reward then pays mostly for form")
-    j.add_argument("--judge-model", default=None, help="LiteLLM model id (default openai/gpt-4.1-mini; with --judge-base-url, openai/<served name>)")
-    j.add_argument("--judge-base-url", type=flags.url, default=None, help="OpenAI-compatible judge endpoint (vLLM, Ollama, ...); env JUDGE_BASE_URL")
-    j.add_argument("--judge-api-key", default=None, help="judge API key; env JUDGE_API_KEY, else OPENAI_API_KEY")
-    j.add_argument("--judge-attempts", type=flags.count(), default=3, help="tries per judge call before the group is scored by checks only")
-    j.add_argument("--no-judge-cache", action="store_true",
-                   help="judge every group afresh: neither read nor write the judge cache ($XDG_CACHE_HOME/skill-rl, else ~/.cache/skill-rl)")
-    j.add_argument("--judge-timeout", type=flags.number(above=0), default=60.0, help="seconds per judge try")
-    j.add_argument("--audit", action="store_true",
-                   help="the judge audit alone: the skill's exploit families and the references of --audit-tasks train tasks "
-                        "scored as one group each by the configured reward (judge included, cached); exit 2 when the reward "
-                        "does not rank the reference above a family on more than 10 %% of them (docs/scoring.md)")
-    j.add_argument("--audit-tasks", type=flags.count(0), default=8, metavar="N",
-                   help="train tasks the judge audit scores, with --audit and before every training run with a judge "
-                        "(default 8; 0: no audit before training)")
-    j.add_argument("--accept-exploits", action="store_true",
-                   help="train (or end --audit with 0) even when the judge audit finds exploit families the reward does not "
-                        "rank below the reference: they are named in a warning")
-
-    e = p.add_argument_group("evaluation (--eval)")
-    e.add_argument("--model", type=flags.model_spec, action="append", default=[], metavar="SPEC", help="model id at --base-url, or label=ID@URL; repeatable")
-    e.add_argument("--base-url", type=flags.url, default=None, help="default endpoint for --model (env OPENAI_BASE_URL)")
-    e.add_argument("--api-key", default=None, help="key for --base-url (env OPENAI_API_KEY)")
-    e.add_argument("--split", choices=("train", "val", "all"), default="val", help="tasks to evaluate on (default val)")
-    e.add_argument("--limit", type=flags.count(), default=None, help="--eval: the first N tasks only; training: validate on the first N val tasks (default all; cpu 6); "
-                        "--tasks-from-git: the newest N commits of --rev")
-    e.add_argument("--samples", type=flags.count(), default=1, help="outputs per model per task (default 1)")
-    e.add_argument("--concurrency", type=flags.count(), default=8, help="requests in flight per model (default 8)")
-    e.add_argument("--baseline", action="store_true", help="also score each model without the SKILL.md, in the same judge groups")
-    e.add_argument("--without-skill", choices=prompts.WITHOUT, default=None,
-                   help="what replaces SKILL.md as the system prompt where it is left out: stub (one line naming the skill), "
-                        "none (no system message) or description (the frontmatter's); in --eval --baseline's arms (default "
-                        "description) and --internalize's prompts and served model (default stub)")
-
-    t = p.add_argument_group("training")
-    t.add_argument("--backend", default="auto", help="auto | local | serverless | tinker | cpu | MODULE:CLASS (default auto)")
-    t.add_argument("--base-model", default=None, help=backends.BASE_MODEL_HELP)
-    t.add_argument("--steps", type=flags.count(0), default=None, help="training steps in all, counting resumed ones (default 50; cpu 10)")
-    t.add_argument("--groups-per-step", type=flags.count(), default=None, help="tasks per step (default 8; cpu 4)")
-    t.add_argument("--rollouts-per-group", type=flags.count(2, " (RL compares answers within a group)"), default=None, help="answers per task; RULER ranks them together (default 8; cpu 4)")
-    t.add_argument("--learning-rate", type=flags.number(above=0), default=None, help="default 1e-5; cpu 3e-4")
-    t.add_argument("--eval-every", type=flags.count(), default=10, help="validate every N steps, and at the end (default 10)")
-    t.add_argument("--temperature", type=flags.number(minimum=0), default=None, help="sampling temperature (default 1.0 training, 0.0 --eval)")
-    t.add_argument("--max-tokens", type=flags.count(), default=None, help="completion length limit (default 1024; cpu 48)")
-    t.add_argument("--max-exceptions", type=flags.number(minimum=0), default=0.1,
-                   help="rollouts that may fail per step: a fraction below 1, or a count (default 0.1)")
-    t.add_argument("--request-timeout", type=flags.number(above=0), default=600.0, help="seconds one policy completion may take (default 600)")
-    t.add_argument("--context-tokens", type=flags.count(), default=None,
-                   help="model context; tasks whose prompt (estimated at 3 characters a token) plus --max-tokens "
-                        "exceed it are skipped up front and listed (default 32768, Qwen2.5; cpu 4096, bounding its memory)")
-    t.add_argument("--run-name", type=flags.path_part, default=None, help="run to create or resume (default <skill>-<base model>)")
-    t.add_argument("--project", type=flags.path_part, default="skill-rl", help="ART project (default skill-rl)")
-    t.add_argument("--seed", type=int, default=0, help="seed for the task order and --internalize's schedule (default 0)")
-    t.add_argument("--internalize", action="store_true",
-                   help="train the skill into the weights: the warm start trains each example with SKILL.md and without it, then RL's "
-                        "prompts leave it out (without a warm start, the chance that a prompt carries it falls from 1 to 0 over the RL "
-                        "steps); the reward still scores against it (docs/internalize.md)")
-    t.add_argument("--internalize-floor", type=flags.number(minimum=0, maximum=1), default=None, metavar="F",
-                   help=f"--internalize: the share of the last RL steps whose prompts never carry SKILL.md (default {prompts.WARM_FLOOR:g} "
-                        f"after a warm start: every RL step; {prompts.DEFAULT_FLOOR:g} without one)")
-    t.add_argument("--kl-coef", type=flags.number(minimum=0), default=None, metavar="F",
-                   help="KL anchor: each sampled token's advantage is lowered by F x its KL to the reference (ART's "
-                        f"kl_penalty_coef; default {anchor.DEFAULT_COEF:g} after a warm start, else 0; docs/cpu-learning.md)")
-    t.add_argument("--kl-ref-step", type=flags.count(0), default=None, metavar="N",
-                   help="the KL anchor's reference checkpoint (default: the warm start's last step, else the base model); "
-                        "with --kl-coef 0 the CPU backend measures the KL to it and changes nothing")
-    t.add_argument("--prune-collapsed", action="store_true",
-                   help="while one of the skill's categorical fields (a commit's type, a review's verdict) has been the same "
-                        "across different tasks for 3 steps, delete at each validation the checkpoints worse on it than the best")
-    warmstart.add_arguments(p)
-    mining.add_arguments(p)
-    backends.add_arguments(p)
-    export.add_arguments(p)
-    args = p.parse_args(argv)
-    if args.config is not None:
-        try:
-            args = configfile.apply(p, argv, args)
-        except Exit as e:
-            p.exit(2, f"error: {e}\n")
-    if args.steps == 0 and not args.sft:
-        p.error("argument --steps: 0 trains nothing; 0 is for a warm start alone (--sft)")
-    if args.export is None and (given := [f for f, v in (("--checkpoint", None if args.eval else args.checkpoint),
-                                                         ("--card-eval", args.card_eval), ("--gguf", args.gguf),
-                                                         ("--push-to-hub", args.push_to_hub)) if v is not None]):
-        p.error(f"{given[0]} goes with --export DIR" + (" or --eval --backend cpu" if given[0] == "--checkpoint" else ""))
-    if args.context_tokens is not None and args.max_tokens is not None and args.context_tokens <= args.max_tokens:
-        p.error(f"--context-tokens {args.context_tokens} leaves no room for a prompt beside --max-tokens {args.max_tokens}")
-    return args
+def parse_args(argv=None) -> Settings:
+    """The command line as typed settings (skill_rl/settings.py declares every flag); exit 2 on a bad one."""
+    return settings.parse(argv, description=__doc__.split("\n\n")[0])
 
 
 # ------------------------------------------------------------------ training
@@ -243,40 +136,35 @@ def main(argv=None) -> int:
         raise
 
 
-def run(args) -> int:
-    from skill_rl import cli
+def training(run: config.Run, skill) -> int:
+    """The default command: say where it trains and with what, then train."""
+    for note in run.notes:
+        print(note, file=sys.stderr)
+    print(run.plan.describe())
+    cli.print_config(run.settings, run.judge)
+    return asyncio.run(train(run, skill))
 
+
+# Every command, by the name config.command gives it: each takes the resolved run and its skill (None for --list
+# and --init), and returns the exit status.
+COMMANDS = {"list": cli.list_command, "init": cli.init_command, "tasks_from_git": mining.run, "check": cli.check_command,
+            "export": export.run, "score": score.run, "audit": audit.run, "eval": evaluate.run, "train": training}
+
+
+def load(s: Settings, command: str):
+    """The skill a command works on: None for --list and --init; --tasks-from-git reads no tasks."""
+    if command in ("list", "init"):
+        return None
+    if not s.skill:
+        raise Exit(2, "pass --skill NAME (see --list), or --list / --init NAME")
+    return load_skill(find_skill(skill_dirs(s.skills_dir), s.skill), with_tasks=command != "tasks_from_git")
+
+
+def run(s: Settings) -> int:
     try:
-        if args.list:
-            return cli.list_skills(skill_dirs(args.skills_dir))
-        if args.init is not None:
-            return cli.init_skill(args.skills_dir or Path("skills"), args.init)  # the user's ./skills, never the install
-        if not args.skill:
-            raise Exit(2, "pass --skill NAME (see --list), or --list / --init NAME")
-        folder = find_skill(skill_dirs(args.skills_dir), args.skill)
-        if args.tasks_from_git is not None:
-            return mining.run(load_skill(folder, with_tasks=False), args)
-        skill = load_skill(folder)
-        if args.check:
-            return cli.print_check(skill)
-        setup = config.resolve(args, skill)  # every setting, once; problems exit 2 before anything runs
-        if args.export is not None:
-            return export.run(skill, setup)
-        if args.score:
-            from skill_rl import score
-
-            return score.run(skill, args.score, setup.judge, args.out, resume=args.resume, quiet=args.quiet)
-        if args.audit:
-            return audit.run(skill, setup.settings, setup.judge)
-        if args.eval:
-            from skill_rl import evaluate
-
-            return evaluate.run(skill, setup.settings, setup.judge)
-        for note in setup.notes:
-            print(note, file=sys.stderr)
-        print(setup.plan.describe())
-        cli.print_config(setup.settings, setup.judge)
-        return asyncio.run(train(setup, skill))
+        skill = load(s, config.command(s))
+        setup = config.resolve(s, skill)  # every setting, once; problems exit 2 before anything runs
+        return COMMANDS[setup.command](setup, skill)
     except SkillError as e:
         print("\n".join(e.problems), file=sys.stderr)
         return 2

@@ -17,11 +17,26 @@ from skill_rl.errors import Exit
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.scoring.rubric import checks_cover, reference_problems
-from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill,
+from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill, skill_dirs,
                      shipped_skills_dir, show)
 
 TEMPLATE = Path(__file__).parent / "template"
 TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")  # what --init writes
+
+
+def list_command(setup, skill: None) -> int:
+    """--list, for the resolved run (config.Run): the skills of --skills-dir, or of ./skills and the shipped ones."""
+    return list_skills(skill_dirs(setup.settings.skills_dir))
+
+
+def init_command(setup, skill: None) -> int:
+    """--init NAME: into --skills-dir, else ./skills of the working directory (never the installation)."""
+    return init_skill(setup.settings.skills_dir or Path("skills"), setup.settings.init)
+
+
+def check_command(setup, skill: Skill) -> int:
+    """--check: what the skill holds, its checks run on its references."""
+    return print_check(skill)
 
 
 def list_skills(skills_dirs: list[Path]) -> int:

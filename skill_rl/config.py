@@ -1,61 +1,82 @@
 """A run's settings, resolved once: flags, per-backend presets, the backend, base model, run name and judge.
 
-`resolve` is the one function that turns the parsed flags (and the environment) into what a command
-runs with; every later function reads the `Run` it returns, whose `settings` cannot be changed. The
-order of its steps is the order problems are reported in: a `--judge none` that would pay for form
-only, the warm start's flags and files, then the backend and base model, then the judge's key.
+`resolve` is the one function that turns the parsed flags (a frozen `Settings`, skill_rl/settings.py) and
+the environment into what a command runs with, for every command (`command` names the one the flags pick);
+every later function reads the `Run` it returns. Each step returns a changed copy (`dataclasses.replace`),
+so the parsed flags stay as parsed. The order of a training run's steps is the order problems are reported
+in: a `--judge none` that would pay for form only, the warm start's flags and files, then the backend and
+base model, then the judge's key.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from skill_rl.errors import Exit
 from skill_rl.scoring.rubric import checks_only_problem
+from skill_rl.settings import PRESETS, Settings
 from skill_rl.skills import Skill
 
+if TYPE_CHECKING:
+    from skill_rl.scoring.reward import Judge
+    from skill_rl.training import backends, warmstart
 
-class Settings(argparse.Namespace):
-    """Every flag of a run, defaults and presets applied; read-only."""
+__all__ = ["COMMANDS", "Run", "Settings", "command", "resolve"]
 
-    def __init__(self, values: dict):
-        for k, v in values.items():
-            object.__setattr__(self, k, v)
+# The commands a command line can pick, in the order it picks one (the first whose flag is given); none: training.
+COMMANDS = ("list", "init", "tasks_from_git", "check", "export", "score", "audit", "eval")
+# ... and those that run on the flags as given: no presets, no judge (--check and --tasks-from-git need no key)
+AS_GIVEN = ("list", "init", "tasks_from_git", "check")
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"run settings are resolved once (config.resolve) and read-only: {name}")
 
-    __delattr__ = __setattr__
+def command(s: Settings) -> str:
+    """The command the settings pick: a name of COMMANDS, or "train"."""
+    return next((c for c in COMMANDS if getattr(s, c) not in (None, False)), "train")
 
 
 @dataclass(frozen=True)
 class Run:
+    """What a command runs with: its settings, resolved, and what resolving them found."""
+
     settings: Settings
-    judge: object | None = None  # scoring.reward.Judge; None: checks only (--judge none)
-    plan: object | None = None  # training.backends.Plan: where it trains (training only)
-    sft: object | None = None  # training.warmstart.Plan: the warm start, if any (training only)
-    notes: tuple[str, ...] = field(default=())  # said on stderr before the run starts, not refused
+    judge: Judge | None = None  # None: checks only (--judge none)
+    plan: backends.Plan | None = None  # where it trains (training only)
+    sft: warmstart.Plan | None = None  # the warm start, if any (training only)
+    notes: tuple[str, ...] = ()  # said on stderr before the run starts, not refused
+    command: str = "train"  # config.command's name for it
+    checkpoint: tuple[Path, str] | None = None  # --eval --backend cpu: the run's checkpoint, and why it is the one
 
 
-def resolve(args: argparse.Namespace, skill: Skill) -> Run:
-    """The settings of `--score`, `--eval` or a training run of `skill`; Exit(2) or SkillError on a problem."""
+def resolve(s: Settings, skill: Skill | None) -> Run:
+    """The settings of the command `s` picks, for `skill` (None for --list and --init); Exit(2) or SkillError on a
+    problem. `s` itself never changes: each step returns a changed copy."""
+    name = command(s)
+    if name in AS_GIVEN:
+        return Run(s, command=name)
+    s = internalize(s)
+    if name == "export":
+        return Run(export_run(s, skill), command=name)
+    if name != "train":
+        checkpoint = None
+        if s.eval and s.backend == "cpu" and not s.model:
+            s, checkpoint = cpu_eval_run(s, skill)
+        elif s.checkpoint is not None:
+            raise Exit(2, "--checkpoint goes with --export DIR, or with --eval --backend cpu (no --model)")
+        s = presets(s, None)
+        return Run(s, judge(s), command=name, checkpoint=checkpoint)
+    return training(s, skill)
+
+
+def training(s: Settings, skill: Skill) -> Run:
+    """A training run's settings: presets for the backend that runs, the warm start, the backend and base model,
+    the KL anchor, the run's name and the judge, in the order their problems are reported."""
+    from skill_rl.prompts import default_floor
     from skill_rl.training import backends, warmstart
 
-    s = argparse.Namespace(**vars(args))  # the parsed flags stay as parsed
-    internalize(s)
-    if getattr(s, "export", None) is not None:
-        export_run(s, skill)
-        return Run(Settings(vars(s)))
-    if s.score or s.eval or getattr(s, "audit", False):
-        if s.eval and s.backend == "cpu" and not s.model:
-            cpu_eval_run(s, skill)
-        elif getattr(s, "checkpoint", None) is not None:
-            raise Exit(2, "--checkpoint goes with --export DIR, or with --eval --backend cpu (no --model)")
-        presets(s, None)
-        return Run(Settings(vars(s)), judge(s))
     by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
     if said_none and not s.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
         raise Exit(2, problem)
@@ -64,39 +85,33 @@ def resolve(args: argparse.Namespace, skill: Skill) -> Run:
         picked = backends.pick_backend(s.backend)
     except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
         picked = None
-    presets(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
+    s = presets(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
     sft = warmstart.prepare(s, skill, by_default)  # --sft flags and files: every problem, before anything runs
-    if getattr(s, "internalize", False) and s.internalize_floor is None:
-        from skill_rl.prompts import default_floor
-
-        s.internalize_floor = default_floor(sft is not None)
+    if s.internalize and s.internalize_floor is None:
+        s = replace(s, internalize_floor=default_floor(sft is not None))
     plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
-    s.backend, s.base_model = plan.kind, plan.base_model
-    kl_anchor(s, sft is not None)
-    s.run_name = s.run_name or run_name(skill, s.base_model)
+    s = kl_anchor(replace(s, backend=plan.kind, base_model=plan.base_model), sft is not None)
+    s = replace(s, run_name=s.run_name or run_name(skill, s.base_model))
     notes = (cache,) if cache else ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
         notes += (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
-        s.format_only_reward = True  # what the run does, so that its written config.yaml runs it again
-    return Run(Settings(vars(s)), judge(s), plan, sft, notes)
+        s = replace(s, format_only_reward=True)  # what the run does, so that its written config.yaml runs it again
+    return Run(s, judge(s), plan, sft, notes)
 
 
-def kl_anchor(s: argparse.Namespace, warm_start: bool) -> None:
+def kl_anchor(s: Settings, warm_start: bool) -> Settings:
     """--kl-coef: refused where the backend ignores it; left out, its default (training/anchor.py)."""
     from skill_rl.training import anchor
 
     anchor.check_flags(s)
-    if s.kl_coef is None:
-        s.kl_coef = anchor.default_coef(s.backend, warm_start)
+    return s if s.kl_coef is not None else replace(s, kl_coef=anchor.default_coef(s.backend, warm_start))
 
 
-def internalize(s: argparse.Namespace) -> None:
+def internalize(s: Settings) -> Settings:
     """--internalize and --without-skill: where they apply, and their defaults (docs/internalize.md); the floor's
     default waits for the warm start's plan (resolve)."""
-    get = lambda name, default=None: getattr(s, name, default)  # noqa: E731 (a Namespace built by a test may lack some)
-    internal, without, floor = get("internalize", False), get("without_skill"), get("internalize_floor")
-    baseline = get("eval") and get("baseline")
-    command = "--export" if get("export") is not None else "--score" if get("score") else "--eval" if get("eval") else None
+    internal, without, floor, baseline = s.internalize, s.without_skill, s.internalize_floor, s.eval and s.baseline
+    command = "--export" if s.export is not None else "--score" if s.score else "--eval" if s.eval else None
     if internal and command:
         raise Exit(2, f"--internalize trains a run; {command} does not train (--eval compares a model with and "
                       "without SKILL.md with --baseline --without-skill stub|none)")
@@ -105,9 +120,10 @@ def internalize(s: argparse.Namespace) -> None:
     if without is not None and not internal and not baseline:
         raise Exit(2, "--without-skill applies to --eval --baseline and to --internalize")
     if internal:
-        s.without_skill = without or "stub"
-    elif baseline:
-        s.without_skill = without or "description"  # what --baseline always sent
+        return replace(s, without_skill=without or "stub")
+    if baseline:
+        return replace(s, without_skill=without or "description")  # what --baseline always sent
+    return s
 
 
 def run_name(skill: Skill, base_model: str) -> str:
@@ -115,13 +131,12 @@ def run_name(skill: Skill, base_model: str) -> str:
     return f"{skill.name}-{re.sub(r'[^a-z0-9._-]+', '-', base_model.split('/')[-1].lower())}"
 
 
-def export_run(s: argparse.Namespace, skill: Skill) -> None:
+def export_run(s: Settings, skill: Skill) -> Settings:
     """--export: the run named as training names it (--run-name, else the skill and the base model training would
     pick: --base-model, else the default of --backend, `auto` picked as training picks it) and the checkpoint
     (default best). Refuses a W&B Serverless or Tinker run, whose weights are not on this machine."""
     from skill_rl.training import backends
 
-    s.checkpoint = s.checkpoint or "best"
     kind = s.backend
     if kind in ("serverless", "tinker"):
         raise Exit(2, backends.REMOTE_WEIGHTS[kind])
@@ -134,25 +149,24 @@ def export_run(s: argparse.Namespace, skill: Skill) -> None:
     if not s.run_name and not base_model:
         raise Exit(2, "--export: no backend is set up here to pick the default base model, so the run's name is "
                       "unknown; pass the --run-name (or --base-model, or --backend) the training used")
-    s.run_name = s.run_name or run_name(skill, base_model)  # --base-model stays as given: the run's records name it
+    # --base-model stays as given: the run's records name it
+    return replace(s, checkpoint=s.checkpoint or "best", run_name=s.run_name or run_name(skill, base_model))
 
 
-def cpu_eval_run(s: argparse.Namespace, skill: Skill) -> None:
+def cpu_eval_run(s: Settings, skill: Skill) -> tuple[Settings, tuple[Path, str]]:
     """--eval --backend cpu without --model: the CPU run named as training names it, its checkpoint (--checkpoint,
     default best) evaluated in this process against its base model (skill_rl/cpu/evaluation.py), with the run's own
-    generation settings (max tokens, temperature, context) where the command line gives none."""
+    generation settings (max tokens, temperature, context) where the command line gives none. Returns the settings
+    and (the checkpoint's folder, why it is the one)."""
     from skill_rl.cpu import evaluation
     from skill_rl.cpu.weights import TINY_MODEL
 
-    s.run_name = s.run_name or run_name(skill, s.base_model or TINY_MODEL)
+    s = replace(s, run_name=s.run_name or run_name(skill, s.base_model or TINY_MODEL))
     where = evaluation.run_folder(s.project, s.run_name)
-    for key, value in evaluation.run_settings(where).items():
-        if getattr(s, key, None) is None:
-            setattr(s, key, value)
-    s.base_model = s.base_model or TINY_MODEL
-    default_judge(s, "cpu")
-    checkpoint, s.cpu_checkpoint_why = evaluation.pick(where, s.checkpoint or "best")
-    s.cpu_checkpoint = str(checkpoint)
+    s = replace(s, **{key: value for key, value in evaluation.run_settings(where).items() if getattr(s, key) is None})
+    s = default_judge(replace(s, base_model=s.base_model or TINY_MODEL), "cpu")
+    checkpoint, why = evaluation.pick(where, s.checkpoint or "best")
+    return s, (Path(checkpoint), why)
 
 
 def model_cache(backend: str) -> str | None:
@@ -176,31 +190,29 @@ def model_cache(backend: str) -> str | None:
             "for vLLM and Unsloth alike, and kept across reboots (set HF_HOME to choose another folder)")
 
 
-def presets(s: argparse.Namespace, kind: str | None, skill: Skill | None = None) -> None:
-    """Fill in the flags left out, for the backend that runs (None: a command that does not train): the CPU's
-    short run (cpu.DEFAULTS) or the GPU's (backends.TRAIN_DEFAULTS). The CPU warm-starts by default when the
-    tasks have references (or --sft-from names another source), and scores with checks only unless a judge
-    is set up: a rehearsal needs no key."""
+def presets(s: Settings, kind: str | None, skill: Skill | None = None) -> Settings:
+    """The flags left out filled in, for the backend that runs (None: a command that does not train): the CPU's
+    short run (cpu.DEFAULTS) or the GPU's (each field's `preset`, settings.PRESETS). The CPU warm-starts by default
+    when the tasks have references (or --sft-from names another source), and scores with checks only unless a
+    judge is set up: a rehearsal needs no key."""
     from skill_rl import cpu
-    from skill_rl.training.backends import TRAIN_DEFAULTS
 
-    if kind == "cpu" and getattr(s, "sft", False) is None and skill and not s.sft_from:
-        s.sft = any(t.reference for t in skill.split("train"))
-    for key, value in (cpu.DEFAULTS if kind == "cpu" else TRAIN_DEFAULTS).items():
-        if getattr(s, key, None) is None:
-            setattr(s, key, value)
-    default_judge(s, kind)
+    if kind == "cpu" and s.sft is None and skill and not s.sft_from:
+        s = replace(s, sft=any(t.reference for t in skill.split("train")))
+    table = cpu.DEFAULTS if kind == "cpu" else PRESETS
+    return default_judge(replace(s, **{k: v for k, v in table.items() if getattr(s, k) is None}), kind)
 
 
-def default_judge(s: argparse.Namespace, kind: str | None) -> None:
+def default_judge(s: Settings, kind: str | None) -> Settings:
     """--judge when not given: ruler, except on the CPU, which scores with checks only unless a judge is set up."""
-    if getattr(s, "judge", "ruler") is None:
-        configured = s.judge_base_url or s.judge_model or any(
-            os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
-        s.judge = "none" if kind == "cpu" and not configured else "ruler"
+    if s.judge is not None:
+        return s
+    configured = s.judge_base_url or s.judge_model or any(
+        os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
+    return replace(s, judge="none" if kind == "cpu" and not configured else "ruler")
 
 
-def judge(s) -> object | None:
+def judge(s: Settings) -> Judge | None:
     """The RULER judge from the settings and the environment (the one place its endpoint and key are read)."""
     from skill_rl.env import judge_env_problem
     from skill_rl.scoring.cache import default_path

@@ -137,7 +137,7 @@ def one(action: argparse.Action, value, where: str):
     return result
 
 
-def dump(settings: argparse.Namespace) -> str:
+def dump(settings) -> str:
     """A run's resolved settings as a config file: no secret (no *api_key value; the text redacted when
     written), no command flag, nothing left unset."""
     kept = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) else v)
@@ -148,7 +148,7 @@ def dump(settings: argparse.Namespace) -> str:
             + yaml.safe_dump(kept, sort_keys=False, allow_unicode=True))
 
 
-def write(settings: argparse.Namespace, folder: Path) -> Path | None:
+def write(settings, folder: Path) -> Path | None:
     """`<folder>/config.yaml`, replaced whole (a resumed run writes the settings it resumed with), the user's alone
     (0600), as the run folder is made (0700): its records hold the tasks, the outputs and the endpoints."""
     from skill_rl.skills import atomic_write

@@ -385,11 +385,12 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
     return 1 if any(result["errors"].values()) or result["judge_failures"] or result["check_errors"] else 0
 
 
-def _in_process(skill: Skill, args, tasks: list[Task], done: list[dict]) -> dict:
-    """--eval --backend cpu: the run's checkpoint and base model as arms, every answer not in `done` decoded here."""
+def _in_process(skill: Skill, args, picked: tuple[Path, str], tasks: list[Task], done: list[dict]) -> dict:
+    """--eval --backend cpu: the run's checkpoint (`picked`: its folder, and why it is the one) and base model as
+    arms, every answer not in `done` decoded here."""
     from skill_rl.cpu import evaluation
 
-    checkpoint, why = Path(args.cpu_checkpoint), args.cpu_checkpoint_why
+    checkpoint, why = picked
     endpoints, adapter = evaluation.arms(checkpoint, args.base_model, args.baseline, args.without_skill)
     kept = complete(done, args.samples)
     todo = {ep.label: [t for t in tasks if ep.label not in kept.get(t.id, {})] for ep in endpoints}
@@ -405,18 +406,19 @@ def _in_process(skill: Skill, args, tasks: list[Task], done: list[dict]) -> dict
     return answers
 
 
-def _arms(args) -> list[Endpoint]:
-    """--eval --backend cpu: the CPU run's arms (config.cpu_eval_run named its checkpoint); else the --model endpoints."""
-    if getattr(args, "cpu_checkpoint", None) is None:
+def _arms(args, picked: tuple[Path, str] | None) -> list[Endpoint]:
+    """--eval --backend cpu: the CPU run's arms (config.cpu_eval_run picked its checkpoint); else the --model endpoints."""
+    if picked is None:
         return _endpoints(args)
     from skill_rl.cpu import evaluation
 
-    return evaluation.arms(Path(args.cpu_checkpoint), args.base_model, args.baseline, args.without_skill)[0]
+    return evaluation.arms(picked[0], args.base_model, args.baseline, args.without_skill)[0]
 
 
-def run(skill: Skill, args, judge: Judge | None) -> int:
-    local = getattr(args, "cpu_checkpoint", None) is not None
-    endpoints, tasks = _arms(args), _tasks(skill, args)
+def run(setup, skill: Skill) -> int:
+    """--eval with the resolved run (config.Run): its settings, judge and, for --backend cpu, checkpoint."""
+    args, judge, picked = setup.settings, setup.judge, setup.checkpoint
+    endpoints, tasks = _arms(args, picked), _tasks(skill, args)
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
@@ -433,7 +435,7 @@ def run(skill: Skill, args, judge: Judge | None) -> int:
         raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
     temperature = 0.0 if args.temperature is None else args.temperature
     with f, interrupted_as(f"interrupted: every finished task is in {log}; the same command with --resume does the rest"):
-        answers = _in_process(skill, args, tasks, done) if local else None
+        answers = _in_process(skill, args, picked, tasks, done) if picked else None
         sink = Sink(f, f"--out {log}")
         result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
                                       max_tokens=args.max_tokens, concurrency=args.concurrency, done=done,

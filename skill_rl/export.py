@@ -49,26 +49,6 @@ OLLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM", "GemmaForCausa
                         "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("export (--export; the run is named as training names it: --run-name, --project, "
-                                  "--base-model, --backend)")
-    g.add_argument("--export", type=Path, metavar="DIR",
-                   help="write a trained checkpoint to DIR: adapter, merged model, model card (docs/export.md); "
-                        "with --force, replace an earlier export there")
-    g.add_argument("--checkpoint", type=checkpoint_spec, default=None, metavar="STEP|best|latest",
-                   help="--export, --eval --backend cpu: which checkpoint (default best: the highest mean val/reward, "
-                        "as ART keeps it)")
-    g.add_argument("--gguf", nargs="?", const="f16", default=None, choices=("f16", "q8_0"), metavar="TYPE",
-                   help="--export: also write the merged model as one GGUF file, f16 (default) or q8_0, for llama.cpp "
-                        "and Ollama (Llama/SmolLM2 and Qwen2; the Modelfile then loads it)")
-    g.add_argument("--card-eval", type=Path, default=None, metavar="DIR",
-                   help="--export: the --out folder of an --eval run (results.json, chart.png) whose table of models "
-                        "and judge go into the model card")
-    g.add_argument("--push-to-hub", default=None, metavar="REPO",
-                   help="--export: then upload DIR to the Hugging Face Hub repository REPO (owner/name; created "
-                        "private if missing), with HF_TOKEN or a `hf auth login` token")
-
-
 def checkpoint_spec(text: str) -> str | int:
     if text in ("best", "latest"):
         return text
@@ -177,7 +157,8 @@ def base_model_of(s, where: Path, checkpoint: Path) -> str:
 # ------------------------------------------------------------------ writing
 
 
-def run(skill, setup) -> int:
+def run(setup, skill) -> int:
+    """--export DIR with the resolved run (config.Run)."""
     s = setup.settings
     out = Path(os.path.abspath(s.export)) if Path(s.export).name in ("", ".", "..") else Path(s.export)
     hub = hub_login(s.push_to_hub) if s.push_to_hub else None  # before any work: an upload that cannot happen

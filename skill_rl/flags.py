@@ -59,6 +59,11 @@ def number(minimum: float | None = None, maximum: float | None = None, above: fl
     return parse
 
 
+def count_or_auto(text: str) -> int | str:
+    """A whole number >= 1, or `auto` (--sft-batch-size: the backend's default)."""
+    return "auto" if text == "auto" else count()(text)
+
+
 def path_part(text: str) -> str:
     """A name that becomes one folder (--run-name, --project): never a path, never outside `.art/`."""
     if not text or text in (".", "..") or re.search(r"[/\\\x00-\x1f\x7f]", text) or text != text.strip():

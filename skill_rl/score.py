@@ -193,8 +193,14 @@ def cannot_tell(skill: Skill, tasks: list[Task]) -> str | None:
             "rewards above say mostly whether the form is kept; score with a judge, or add `expect` to the tasks")
 
 
-def run(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False,
-        quiet: bool = False) -> int:
+def run(setup, skill: Skill) -> int:
+    """--score FILE with the resolved run (config.Run): its --out, --resume and --quiet, and its judge."""
+    s = setup.settings
+    return score_outputs(skill, s.score, setup.judge, s.out, resume=s.resume, quiet=s.quiet)
+
+
+def score_outputs(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False,
+                  quiet: bool = False) -> int:
     if not path.is_file():
         raise Exit(2, f"--score {path}: {'is a folder' if path.is_dir() else 'no such file'}; pass a JSONL file of outputs")
     if resume and out_path is None:

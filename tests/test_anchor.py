@@ -3,6 +3,7 @@ dry-run stand-in: what reaches `backend.train`, a resumed run's reference, and t
 
 import ast
 import json
+from dataclasses import replace
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -34,9 +35,8 @@ def test_the_anchors_arguments_are_those_of_arts_train(module, cls):
 
 def test_tinker_refuses_kl_coef_since_art_drops_it_there():
     args = parse_args(["--skill", "git-commit", "--judge", "none", "--kl-coef", "0.1"])
-    vars(args).update(backend="tinker")
     with pytest.raises(Exit) as e:
-        config.kl_anchor(args, warm_start=True)
+        config.kl_anchor(replace(args, backend="tinker"), warm_start=True)
     assert e.value.code == 2 and "art/tinker/service.py" in str(e.value)
 
 
@@ -44,9 +44,8 @@ def test_tinker_refuses_kl_coef_since_art_drops_it_there():
                                                      ("tinker", True, 0.0), ("cpu", True, anchor.DEFAULT_COEF)])
 def test_the_default_coefficient_applies_after_a_warm_start_where_the_backend_applies_it(backend, warm, expected):
     args = parse_args(["--skill", "git-commit"])
-    vars(args).update(backend=backend)
-    config.kl_anchor(args, warm_start=warm)
-    assert args.kl_coef == expected
+    resolved = config.kl_anchor(replace(args, backend=backend), warm_start=warm)
+    assert resolved.kl_coef == expected and args.kl_coef is None
 
 
 def test_kl_coef_and_its_reference_are_validated_as_they_are_parsed(capsys):

@@ -275,11 +275,11 @@ def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tm
     for skill, flags, expected in ((with_refs, [], True), (load_skill(plain), [], False), (with_refs, ["--no-sft"], False),
                                    (load_skill(plain), ["--sft-from", "out.jsonl"], True)):
         args = train_skill.parse_args(["--skill", "shout", "--backend", "cpu", *flags])
-        config.presets(args, "cpu", skill)
+        args = config.presets(args, "cpu", skill)
         assert args.sft is expected, (skill.path, flags)
         assert args.sft_learning_rate == cpu.DEFAULTS["sft_learning_rate"] and args.limit == cpu.DEFAULTS["limit"]
     args = train_skill.parse_args(["--skill", "shout", "--backend", "local"])
-    config.presets(args, "local", with_refs)
+    args = config.presets(args, "local", with_refs)
     assert args.sft is False and args.limit is None and args.sft_learning_rate == 5e-5  # the GPU path is unchanged
 
 

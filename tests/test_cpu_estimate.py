@@ -2,18 +2,17 @@
 
 The constants are measured (docs/cpu-learning.md); these tests hold the arithmetic that combines them."""
 
-from argparse import Namespace
-
 import pytest
 
 from skill_rl.cpu import presets
 from skill_rl.prompts import Fade
+from skill_rl.settings import Settings
 
 
-def settings(**changed) -> Namespace:
+def settings(**changed) -> Settings:
     base = {**presets.DEFAULTS, "eval_every": presets.DEFAULTS["steps"], "sft_epochs": 1, "internalize": False,
             "internalize_floor": 0.3}
-    return Namespace(**{**base, **changed})
+    return Settings(**{**base, **changed})
 
 
 def test_the_defaults_add_up_their_parts():

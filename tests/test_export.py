@@ -182,22 +182,22 @@ def test_best_is_the_highest_mean_validation_and_latest_the_last_step(in_tmp):
 
 
 def test_the_base_model_comes_from_the_flag_then_arts_model_json_then_the_adapter(in_tmp, monkeypatch):
-    from argparse import Namespace
+    from skill_rl.settings import Settings
 
     where = fake_run(in_tmp, steps=(1,))
     checkpoint = where / "checkpoints/0001"
-    assert export.base_model_of(Namespace(base_model="given"), where, checkpoint) == "given"
+    assert export.base_model_of(Settings(base_model="given"), where, checkpoint) == "given"
     (where / "model.json").write_text(json.dumps({"name": "skill-git-commit", "base_model": "Qwen/Qwen2.5-3B-Instruct"}))
-    assert export.base_model_of(Namespace(base_model=None), where, checkpoint) == "Qwen/Qwen2.5-3B-Instruct"
+    assert export.base_model_of(Settings(), where, checkpoint) == "Qwen/Qwen2.5-3B-Instruct"
     (where / "model.json").unlink()
     tiny = in_tmp / "site" / cpu.TINY_FILE
     tiny.parent.mkdir()
     monkeypatch.setattr(export.cpu, "tiny_weights", lambda: tiny)
     (checkpoint / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny.parent)}))
-    assert export.base_model_of(Namespace(base_model=None), where, checkpoint) == cpu.TINY_MODEL
+    assert export.base_model_of(Settings(), where, checkpoint) == cpu.TINY_MODEL
     (checkpoint / "adapter_config.json").write_text("{}")
     with pytest.raises(export.Exit, match="pass --base-model"):
-        export.base_model_of(Namespace(base_model=None), where, checkpoint)
+        export.base_model_of(Settings(), where, checkpoint)
 
 
 # ------------------------------------------------------------------ a whole export with the merge stubbed (no torch)

@@ -1,6 +1,7 @@
 """The package's shape: which module may import which, the size of the training story, settings resolved once."""
 
 import ast
+from dataclasses import FrozenInstanceError
 import sys
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def test_resolved_settings_are_read_only():
 
     run = config.resolve(args, load_skill(find_skill(skill_dirs(None), "git-commit")))
     assert run.settings.judge == "none" and run.judge is None and run.settings.steps == 50  # presets applied
-    with pytest.raises(AttributeError, match="read-only"):
+    with pytest.raises(FrozenInstanceError, match="cannot assign to field 'steps'"):
         run.settings.steps = 3
     assert args.steps is None  # the parsed flags are left as parsed
 

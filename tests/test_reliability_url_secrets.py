@@ -37,7 +37,7 @@ def test_the_start_up_configuration_and_config_yaml_mask_every_urls_password(tmp
     assert "judge_base_url" in printed and "teacher" in printed and masked(printed), printed
     run = tmp_path / "run"
     run.mkdir(mode=0o755)
-    written = configfile.write(config.Settings(vars(args)), run)
+    written = configfile.write(args, run)
     assert masked(written.read_text())
     assert written.stat().st_mode & 0o777 == 0o600 and run.stat().st_mode & 0o777 == 0o700
 

@@ -46,7 +46,7 @@ def estimated_seconds(args, val_tasks: int, train_tasks: int) -> float:
     per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
     warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
     last = warm + args.steps
-    internal = getattr(args, "internalize", False)  # validates with and without SKILL.md, the base model too
+    internal = args.internalize  # validates with and without SKILL.md, the base model too
     if internal:  # steps cost less as SKILL.md leaves their prompts (prompts.Fade: the expected share carrying it)
         fade = Fade(args.steps, args.internalize_floor)
         carried = sum(fade.probability(s) for s in range(1, args.steps + 1)) / max(1, args.steps)

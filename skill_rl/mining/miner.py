@@ -4,7 +4,6 @@ duplicates refused, clean examples balanced, the split by a hash of the sha, the
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -13,7 +12,6 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skill_rl import flags
 from skill_rl.keys import redact, secret_in
 from skill_rl.records import refuse_inputs, skill_files
 from skill_rl.skills import Skill, atomic_write, display, parse_task_line, replace_problem
@@ -30,17 +28,6 @@ SECRET_FILE = re.compile(r"^(\.env.*|.*\.env|\.envrc|.*\.(pem|key|p12|pfx|jks|ke
                          r"|keytab|tfvars|tfstate(\..*)?)|id_(rsa|dsa|ecdsa|ed25519)(\..*)?|[._]netrc|\.npmrc|\.pypirc"
                          r"|\.pgpass|\.htpasswd|\.git-credentials|\.dockercfg|.*secret.*|.*credential.*"
                          r"|service[-_]?account.*\.json)$", re.I)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("tasks from git history (--tasks-from-git; --out and --limit apply too)")
-    g.add_argument("--tasks-from-git", metavar="REPO", help="mine tasks for --skill from this git repository's commits")
-    g.add_argument("--rev", default="HEAD", metavar="RANGE", help="revision or range to walk, e.g. v1.0..main (default HEAD)")
-    g.add_argument("--val-fraction", type=flags.number(minimum=0, below=1), default=0.2, help="share of commits (by a hash of the sha) put in val (default 0.2)")
-    g.add_argument("--max-diff-chars", type=flags.count(), default=12_000, help="skip commits whose diff is longer (default 12000)")
-    g.add_argument("--clean-ratio", type=flags.number(minimum=0), default=1.0, help="clean examples (code-review: approve tasks) kept per other task, chosen by a hash of the sha (default 1)")
-    g.add_argument("--clean-window", type=flags.count(), default=50, help="later commits a hook may look at (code-review: a change is clean when none of the next N commits fixes its lines; default 50)")
-    g.add_argument("--force", action="store_true", help="replace --out when it exists")
 
 
 def split_of(sha: str, val_fraction: float) -> str:
@@ -219,8 +206,10 @@ def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
     return repo, repo.revisions(args.rev, args.limit), out
 
 
-def run(skill: Skill, args) -> int:
-    """Mine, write, report. Exit 0 with tasks written, 1 when none came out or the hook failed, 2 for bad input."""
+def run(setup, skill: Skill) -> int:
+    """--tasks-from-git with the resolved run (config.Run): mine, write, report. Exit 0 with tasks written, 1 when
+    none came out or the hook failed, 2 for bad input."""
+    args = setup.settings
     try:
         repo, shas, out = _setup(skill, args)
         mined = mine(repo, shas, skill, out, args.val_fraction, args.clean_ratio, args.clean_window)

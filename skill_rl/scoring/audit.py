@@ -123,12 +123,14 @@ async def guard(s, skill: Skill, judge) -> None:
         raise Exit(2, refusal)
 
 
-def run(skill: Skill, s, judge) -> int:
-    """--audit: the audit alone, with the configured reward; exit 2 when a family wins and is not accepted."""
+def run(setup, skill: Skill) -> int:
+    """--audit: the audit alone, with the resolved run's (config.Run) reward; exit 2 when a family wins and is not
+    accepted."""
     import asyncio
 
     from skill_rl.scoring.reward import Scorer
 
+    s, judge = setup.settings, setup.judge
     if not s.audit_tasks:
         raise Exit(2, "--audit with --audit-tasks 0 audits nothing: give it at least 1 task")
     scorer = Scorer(skill, judge)

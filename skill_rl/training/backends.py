@@ -16,7 +16,6 @@ ART is imported inside functions only: train_skill.py imports this module for ev
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -27,8 +26,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from skill_rl import cpu, flags
-from skill_rl.training import warmstart
+from skill_rl import cpu
 from skill_rl.errors import Exit
 
 
@@ -50,9 +48,6 @@ DEFAULT_BASE_MODEL = {"local": "Qwen/Qwen2.5-3B-Instruct", "serverless": SERVERL
 BASE_MODEL_HELP = ("model to train (default Qwen/Qwen2.5-3B-Instruct; with --backend serverless "
                    f"{DEFAULT_BASE_MODEL['serverless']}, with --backend tinker {DEFAULT_BASE_MODEL['tinker']}, "
                    f"with --backend cpu {cpu.TINY_MODEL}, a .gguf file or a local Hugging Face folder)")
-# The training flags left out take these (config.presets); --backend cpu takes cpu.DEFAULTS, a short run on CPU.
-TRAIN_DEFAULTS = {"steps": 50, "groups_per_step": 8, "rollouts_per_group": 8, "max_tokens": 1024,
-                  "learning_rate": 1e-5, "context_tokens": 32768, "sft": False, "sft_learning_rate": warmstart.DEFAULT_LEARNING_RATE}
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
           "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
 LORA_RANKS = (8, 16, 32, 64, 128)
@@ -62,18 +57,6 @@ REMOTE_WEIGHTS = {  # what --export says of a run whose adapter is not on this m
                   "(the run's model artifacts, called by name at the base URL the run printed)",
     "tinker": "--export needs the adapter on this machine, and a Tinker run keeps its weights on Tinker (the "
               "tinker:// path in the run's checkpoints/NNNN/info.yaml)"}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags users turn first when a model does not fit the GPU (applied through art.dev.InternalModelConfig)."""
-    g = parser.add_argument_group(
-        "fitting a GPU (--backend local; --context-tokens, at most the model's context, is also the sequence "
-        "length ART trains and serves with)")
-    g.add_argument("--gpu-memory", type=flags.number(above=0, maximum=1), default=None, metavar="F",
-                   help="share of GPU memory vLLM may take, in (0, 1] (default: vLLM's own); lower it if vLLM runs "
-                        "out of memory at start-up")
-    g.add_argument("--lora-rank", type=int, choices=LORA_RANKS, default=None,
-                   help="LoRA rank (default: ART's, 8); --backend tinker too")
 
 
 # ------------------------------------------------------------------ choosing, before anything is spent
@@ -382,7 +365,7 @@ def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
         lines += [f"its weights stay on Tinker: sampler_weights_path in {ckpt / 'info.yaml'} is its tinker:// path;",
                   "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)"]
     elif kind == "cpu":  # its step 0 is the base model, with no checkpoint folder to serve
-        arms = f" --baseline --without-skill {args.without_skill}" if getattr(args, "internalize", False) else ""
+        arms = f" --baseline --without-skill {args.without_skill}" if args.internalize else ""
         lines.append(cpu.serve_hint(ckpt, args, arms) if kept.step else
                      "no checkpoint yet: nothing was trained; the same command goes on from here")
     else:

@@ -118,7 +118,7 @@ class Trainer:
         self.val_categories: dict = {}  # the last validation's categorical fields: value -> answers (scoring/categories.py)
         self.anchor = Anchor()  # the KL anchor, resolved after the warm start (training/anchor.py)
         self.said_categories = False  # a failing categories() in checks.py is reported once
-        self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if getattr(s, "internalize", False) else None
+        self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if s.internalize else None
 
     @classmethod
     async def start(cls, run: Run, skill: Skill) -> Trainer:

@@ -22,7 +22,6 @@ in its place (docs/internalize.md says why).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from skill_rl import cpu, flags, prompts
+from skill_rl import prompts
 from skill_rl.errors import Exit
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec
 from skill_rl.keys import MASK, redact
@@ -47,28 +46,6 @@ DEFAULT_LEARNING_RATE = 5e-5  # art.types.TrainSFTConfig.learning_rate in ART 0.
 SOURCES = ("references", "teacher")
 MAX_FILE_BYTES = 256 * 2**20  # an --sft-from file: thousands of examples fit in far less
 SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
-
-
-def _batch_size(text: str) -> int | str:
-    return "auto" if text == "auto" else flags.count()(text)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    w = parser.add_argument_group("warm start (--sft): supervised fine-tuning before the first RL step")
-    w.add_argument("--sft", action=argparse.BooleanOptionalAction, default=None,
-                   help="fine-tune on good outputs before RL; once per run, recorded in its state (default off; "
-                        "--backend cpu: on, since its tiny base model never writes a skill's format)")
-    w.add_argument("--sft-from", action="append", default=[], metavar="SOURCE",
-                   help="references | teacher | FILE (JSONL of {task_id, output}); repeatable (default references)")
-    w.add_argument("--teacher", type=flags.model_spec, metavar="SPEC", help="the teacher for --sft-from teacher: a model id at --base-url, or label=ID@URL; key: env TEACHER_API_KEY, else --api-key / OPENAI_API_KEY")
-    w.add_argument("--teacher-samples", type=flags.count(), metavar="K", default=4, help="teacher outputs per train task; the best one is kept (default 4)")
-    w.add_argument("--teacher-temperature", type=flags.number(minimum=0), metavar="T", default=1.0, help="teacher sampling temperature (default 1.0)")
-    w.add_argument("--teacher-min-reward", type=flags.number(minimum=0, maximum=1, what=" (a reward)"), metavar="R", default=DEFAULT_MIN_REWARD,
-                   help=f"every SFT example, whatever its source, must score at least this reward (default {DEFAULT_MIN_REWARD})")
-    w.add_argument("--sft-epochs", type=flags.count(), metavar="N", default=1, help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)")
-    w.add_argument("--sft-learning-rate", type=flags.number(above=0, below=1), metavar="LR", default=None,
-                   help=f"default {DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default; --backend cpu {cpu.DEFAULTS['sft_learning_rate']:g}")
-    w.add_argument("--sft-batch-size", type=_batch_size, metavar="N|auto", default="auto", help="examples per gradient step, or auto: the backend's default (default auto)")
 
 
 # ------------------------------------------------------------------ before anything runs
@@ -408,6 +385,6 @@ async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: a
         records, state, failures = await _begin(args, plan, model, scorer, tasks, path)
     else:
         records = _resumed(path, scorer.skill, state)
-    without = args.without_skill if getattr(args, "internalize", False) else None
+    without = args.without_skill if args.internalize else None
     ran = await _epochs(model, scorer.skill, records, state, args.seed, stop, without)
     return Outcome(steps=state["step"] - state["start_step"], trained=ran > 0, failures=failures)
