@@ -592,7 +592,7 @@ def test_each_of_a_field_checks_every_line_with_its_label(tmp_path):
         "each_title_max_chars"]
 
 
-# Issue 25, acceptance: a limit about a section, a field or an item, named by its lower-case name with or without
+# A limit about a section, a field or an item, named by its lower-case name with or without
 # "the"/"each", derives a check that fails an output breaking it and passes one keeping it; --check names its line.
 NAMED = """```
 Decision: <decision>

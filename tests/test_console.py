@@ -1,5 +1,5 @@
 """Text from users and models is printed literally: never read as rich markup, never crashing the output,
-never losing `[...]`, never sending terminal control codes (second reliability pass, class 2)."""
+never losing `[...]`, never sending terminal control codes."""
 
 import json
 from pathlib import Path

@@ -1,5 +1,5 @@
 """SKILL.md and the skills folder are hostile input: YAML bombs, tags, complex keys, pathological markdown,
-and the commands that list, find and create skills (second reliability pass, classes 1 and 11)."""
+and the commands that list, find and create skills."""
 
 from pathlib import Path
 
@@ -108,7 +108,7 @@ def test_a_100000_deep_quote_is_reported_not_a_crash(tmp_path, capsys, monkeypat
     assert code == 2 and len(err) == 1 and "demo/SKILL.md:5: markdown nested too deeply" in err[0], err
 
 
-# ------------------------------------------------------------------ listing, finding and creating skills (class 11)
+# ------------------------------------------------------------------ listing, finding and creating skills
 
 
 @pytest.mark.parametrize("what", ["missing", "a file"])

@@ -1,6 +1,6 @@
 """A skill's checks.py is user code, and untrusted: whatever a check does, scoring finishes, the check is
-scored as failing on that output, counted, reported once, and the exit status says so (second reliability
-pass, class 3). Every shipped check is linear on pathological outputs (class 4)."""
+scored as failing on that output, counted, reported once, and the exit status says so. Every shipped check is
+linear on pathological outputs."""
 
 import json
 import time
@@ -336,7 +336,7 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path, monk
     assert "Traceback" not in run.stderr  # the hang was stopped: the step finished
 
 
-# ------------------------------------------------------------------ catastrophic regexes (class 4)
+# ------------------------------------------------------------------ catastrophic regexes
 
 MB5 = 5 * 2**20
 PATHOLOGICAL = {  # each a 5 MB output, one line unless a header line is needed to reach the body's checks
