@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHIPPED_SKILLS
+from conftest import SHIPPED_SKILLS, skill_folder
 from skill_rl.scoring.derived import derive
 from skill_rl.scoring.checks import run_checks
 from skill_rl.scoring.rubric import score_offline, skill_checks
@@ -72,14 +72,9 @@ yes"""
 
 
 def make(tmp_path, output_format: str, rules: str = "", meta: str = "", checks: str | None = None):
-    folder = tmp_path / "demo"
-    folder.mkdir(exist_ok=True)
     md = HEAD.format(meta=meta or '  weight-format: "0.3"\n', output_format=output_format)
-    (folder / "SKILL.md").write_text(md + (f"\n## Rules\n\n{rules}\n" if rules else ""))
-    (folder / "tasks.jsonl").write_text(json.dumps({"id": "a", "input": "Refs #12 and #40."}) + "\n")
-    if checks:
-        (folder / "checks.py").write_text(checks)
-    return load_skill(folder)
+    return load_skill(skill_folder(tmp_path, md=md + (f"\n## Rules\n\n{rules}\n" if rules else ""),
+                                   tasks=[{"id": "a", "input": "Refs #12 and #40."}], checks=checks or None))
 
 
 def results(skill, output: str, task_input: str = "Refs #12 and #40.") -> dict:

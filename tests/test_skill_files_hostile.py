@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skill_folder
 from skill_rl.skills import load_skill
 from train_skill import main
 
@@ -17,12 +18,7 @@ LAUGHS = "".join([f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9)
 
 
 def make(where: Path, front: str, body: str = BODY, name: str = "demo", checks: str | None = None) -> Path:
-    folder = where / name
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(f"---\n{front}---\n{body}")
-    (folder / "tasks.jsonl").write_text(TASKS)
-    if checks is not None:
-        (folder / "checks.py").write_text(checks)
+    folder = skill_folder(where, name, md=f"---\n{front}---\n{body}", tasks=TASKS, checks=checks)
     return folder
 
 

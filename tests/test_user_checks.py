@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHIPPED_SKILLS, main_in_process, small_git_commit
+from conftest import SHIPPED_SKILLS, main_in_process, skill_folder, small_git_commit
 from openai_server import FakeOpenAI
 from skill_rl.scoring import checks
 from skill_rl import skills
@@ -50,12 +50,8 @@ BAD = {
 
 
 def demo(where: Path, bad_body: str, gate: bool = False, tasks: str = TASKS) -> Path:
-    folder = where / "skills" / "demo"
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(GOOD_MD)
-    (folder / "tasks.jsonl").write_text(tasks)
-    (folder / "checks.py").write_text(HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n')
-    return folder.parent
+    checks = HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n'
+    return skill_folder(where / "skills", md=GOOD_MD, tasks=tasks, checks=checks).parent
 
 
 @pytest.fixture
