@@ -58,7 +58,8 @@ pytestmark = [pytest.mark.slow,  # trains on this CPU with torch
 
 def shout_skill(where: Path) -> Path:
     """A skill whose prompt is short (fast on a CPU) and whose graded reward varies within any group."""
-    tasks = [{"id": w, "input": w, "split": s, "reference": w} for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))]
+    tasks = [{"id": w, "input": w, "split": s, "reference": w}
+             for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))]
     skill_folder(where / "skills", "shout", md=SKILL, checks=CHECKS, tasks=tasks)
     return where / "skills"
 

@@ -300,7 +300,7 @@ def test_known_differences_between_derived_and_hand_written_checks(name, why, co
         assert run_checks(derived, out, task)[derived_name] != run_checks(skill_checks(skill), out, task)[hand], reason
 
 
-# ------------------------------------------------------------------ release-notes: its format derived, its claims hand-checked
+# ------------------------------------------------------------------ release-notes: format derived, claims checked
 
 NOTES = load_skill(ROOT / "skills/release-notes")
 
@@ -410,7 +410,8 @@ def _keep_a_changelog(notes: str) -> str:
         elif name and line.strip():
             parts[name].append(line)
     body = [f"## [{title.rsplit(' ', 1)[1]}]"]
-    for head, src in (("Added", "Features"), ("Changed", "Breaking changes"), ("Fixed", "Fixes"), ("Internal", "Internal")):
+    headings = (("Added", "Features"), ("Changed", "Breaking changes"), ("Fixed", "Fixes"), ("Internal", "Internal"))
+    for head, src in headings:
         body += ["", f"### {head}", *parts[src]]
     return "\n".join(body)
 
@@ -433,7 +434,8 @@ def test_changelog_pr_numbers_are_never_shared_between_tasks():
 
 def _changelog_corruptions(ref):
     yield "missing heading", ref.replace("### Fixed\n", "")
-    yield "unfilled placeholder", ref.replace("\n### Changed", "\n- <a new or better capability, in one plain sentence> (#<number>)\n\n### Changed", 1)
+    placeholder = "- <a new or better capability, in one plain sentence> (#<number>)"
+    yield "unfilled placeholder", ref.replace("\n### Changed", f"\n{placeholder}\n\n### Changed", 1)
     yield "over-long line", ref.replace("\n### Internal", "\n- " + "very " * 30 + "long entry\n\n### Internal", 1)
     yield "chatter first", "Here is the changelog section:\n\n" + ref
     yield "two lines under Internal", ref + "\n#1"

@@ -101,7 +101,8 @@ def test_the_readme_example_skill_passes_check_and_its_check_scores_the_kind(tmp
 
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## A skill") :]
-    skill_folder(tmp_path / "skills", "changelog-line", md=re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1),
+    skill_folder(tmp_path / "skills", "changelog-line",
+                 md=re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1),
                  tasks=re.search(r"```json\n(.*?)```\n", section, re.S).group(1),
                  checks=re.search(r"```python\n(.*?)```\n", section, re.S).group(1))
     monkeypatch.chdir(tmp_path)

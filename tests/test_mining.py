@@ -289,8 +289,8 @@ EXPECT_CHECKS = {"git-commit": ("type_right", "scope_right", "breaking_right"),
 @pytest.mark.parametrize("skill", ["git-commit", "code-review"])
 def test_mined_tasks_pass_check_and_score_offline_like_written_ones(repo, mined, tmp_path, skill):
     shipped, tasks = ROOT / "skills" / skill, mined[skill][3]
-    skill_folder(tmp_path / "skills", skill, md=(shipped / "SKILL.md").read_bytes(), checks=(shipped / "checks.py").read_bytes(),
-                 tasks=tasks)
+    skill_folder(tmp_path / "skills", skill, md=(shipped / "SKILL.md").read_bytes(),
+                 checks=(shipped / "checks.py").read_bytes(), tasks=tasks)
     code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", skill, "--check")
     assert code == 0 and f"{len(tasks)} tasks are valid" in out, err
     outputs = [t.get("reference") or review(t["expect"]["defects"]) for t in tasks]

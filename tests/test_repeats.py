@@ -83,7 +83,8 @@ description: Label the sentiment of a product review. Use when reviews need sort
 
 def _skill(tmp_path: Path, name: str, footer: str = "", tasks=()) -> Path:
     rule = f", then the line `{footer.strip()}`" if footer else ""
-    return skill_folder(tmp_path / "skills", name, md=LABEL_SKILL.format(name=name, footer=footer, rule=rule), tasks=tasks)
+    md = LABEL_SKILL.format(name=name, footer=footer, rule=rule)
+    return skill_folder(tmp_path / "skills", name, md=md, tasks=tasks)
 
 
 REVIEWS = [{"id": "r1", "input": "Battery lasts two days, screen is sharp.", "reference": "positive"},
