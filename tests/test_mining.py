@@ -581,8 +581,8 @@ def test_mined_release_notes_pass_check_and_their_facts_score_in_full(releases, 
 
     _, _, _, tasks = mine(releases, "release-notes", tmp_path / "n.jsonl")
     shipped = ROOT / "skills" / "release-notes"
-    skill_folder(tmp_path / "skills", "release-notes", md=(shipped / "SKILL.md").read_bytes(),
-                 checks=(shipped / "checks.py").read_bytes(), tasks=tasks)
+    folder = skill_folder(tmp_path / "skills", "release-notes", md=(shipped / "SKILL.md").read_bytes(),
+                          checks=(shipped / "checks.py").read_bytes(), tasks=tasks)
     code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", "release-notes", "--check")
     assert code == 0 and f"{len(tasks)} tasks are valid" in out, err
     skill = load_skill(folder)
