@@ -50,8 +50,8 @@ BAD = {
 
 
 def demo(where: Path, bad_body: str, gate: bool = False, tasks: str = TASKS) -> Path:
-    checks = HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n'
-    return skill_folder(where / "skills", md=GOOD_MD, tasks=tasks, checks=checks).parent
+    source = HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n'
+    return skill_folder(where / "skills", md=GOOD_MD, tasks=tasks, checks=source).parent
 
 
 @pytest.fixture
