@@ -370,15 +370,15 @@ def test_release_notes_pr_numbers_are_never_shared_between_tasks():
             assert seen.setdefault(number, task.id) == task.id, f"#{number} in {task.id} and {seen[number]}"
 
 
-# ------------------------------------------------------------------ changelog: a shipped skill written only in markdown
+# ------------------------------------------------------------------ keep-a-changelog: a shipped skill written only in markdown
 
-CHANGELOG = load_skill(ROOT / "skills/changelog")
+CHANGELOG = load_skill(ROOT / "skills/keep-a-changelog")
 RELEASES = {json.loads(line)["input"]: json.loads(line)
             for repo in ("yargs", "yargs-parser") for line in (ROOT / f"tests/data/release-notes-{repo}.jsonl").open()}
 
 
 def test_changelog_ships_no_python_and_derives_a_check_of_each_kind_it_needs():
-    folder = ROOT / "skills/changelog"
+    folder = ROOT / "skills/keep-a-changelog"
     assert sorted(p.name for p in folder.iterdir()) == ["SKILL.md", "tasks.jsonl"]
     assert CHANGELOG.checks is None and CHANGELOG.derive
     names = {d.fn.__name__ for d in derive(CHANGELOG).checks}
@@ -389,7 +389,7 @@ def test_changelog_ships_no_python_and_derives_a_check_of_each_kind_it_needs():
 
 def test_check_of_changelog_lists_its_derived_checks_and_no_checks_py(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert main(["--skill", "changelog", "--check"]) == 0
+    assert main(["--skill", "keep-a-changelog", "--check"]) == 0
     out = capsys.readouterr().out
     assert "deterministic checks (checks.py): none" in out
     cited = re.findall(r"^  (\w+) \((format|correctness)(?:, gate)?\): ", out, re.M)
@@ -444,7 +444,7 @@ def _changelog_corruptions(ref):
 def test_changelog_references_score_format_1_and_their_corruptions_less(tmp_path):
     rows = [{"task_id": t.id, "outputs": [t.reference, *(c for _, c in _changelog_corruptions(t.reference))]}
             for t in CHANGELOG.tasks]
-    scored = _score_file(tmp_path, rows, skill="changelog")
+    scored = _score_file(tmp_path, rows, skill="keep-a-changelog")
     for n, task in enumerate(CHANGELOG.tasks, start=1):
         ref = scored[(n, 0)]
         assert ref["format"] == 1.0 and ref["correctness"] == 1.0, (task.id, ref["checks"])
@@ -454,7 +454,7 @@ def test_changelog_references_score_format_1_and_their_corruptions_less(tmp_path
 
 # ------------------------------------------------------------------ generic exploits, for skills without checks.py
 
-# the shipped skills without checks.py (changelog), and release-notes with its checks.py set aside
+# the shipped skills without checks.py (keep-a-changelog), and release-notes with its checks.py set aside
 MARKDOWN_ONLY = sorted({name for name in SHIPPED_SKILLS if not (ROOT / "skills" / name / "checks.py").exists()}
                        | {"release-notes"})
 
