@@ -5,7 +5,7 @@ import threading
 import time
 import tomllib
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 import pytest
 
@@ -76,18 +76,30 @@ def server():
         yield s
 
 
+def skill_folder(where: Path, name: str = "demo", *, md: str | bytes, tasks: str | bytes | Iterable[dict] = (),
+                 checks: str | bytes | None = None, exploits: str | None = None) -> Path:
+    """The one factory for a skill folder `where/name` as a user writes it: SKILL.md, tasks.jsonl (its text or bytes as
+    given, or task records, one JSON line each), and checks.py and exploits.py when given. Returns the folder."""
+    folder = where / name
+    folder.mkdir(parents=True, exist_ok=True)
+    if not isinstance(tasks, (str, bytes)):
+        tasks = "".join(json.dumps(t) + "\n" for t in tasks)
+    for file, text in {"SKILL.md": md, "tasks.jsonl": tasks, "checks.py": checks, "exploits.py": exploits}.items():
+        if text is not None:
+            (folder / file).write_bytes(text.encode() if isinstance(text, str) else text)
+    return folder
+
+
 SMALL_DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
 
 
 def small_git_commit(where: Path, train: int, val: int) -> Path:
     """A skills folder holding git-commit's SKILL.md and checks.py with a few one-line-diff tasks."""
-    folder = where / "skills" / "git-commit"
-    folder.mkdir(parents=True)
-    for name in ("SKILL.md", "checks.py"):
-        (folder / name).write_bytes((ROOT / "skills/git-commit" / name).read_bytes())
-    (folder / "tasks.jsonl").write_text("".join(
-        json.dumps({"id": f"t{i}", "input": SMALL_DIFF.format(n=i + 2), "split": "val" if i >= train else "train",
-                    "expect": {"type": "fix", "breaking": False}}) + "\n" for i in range(train + val)))
+    shipped = ROOT / "skills" / "git-commit"
+    skill_folder(where / "skills", "git-commit", md=(shipped / "SKILL.md").read_bytes(),
+                 checks=(shipped / "checks.py").read_bytes(),
+                 tasks=[{"id": f"t{i}", "input": SMALL_DIFF.format(n=i + 2), "split": "val" if i >= train else "train",
+                         "expect": {"type": "fix", "breaking": False}} for i in range(train + val)])
     return where / "skills"
 
 

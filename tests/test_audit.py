@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHIPPED_SKILLS, main_in_process
+from conftest import SHIPPED_SKILLS, main_in_process, skill_folder
 from openai_server import FakeOpenAI, by_length, context_input
 from skill_rl.scoring import audit
 from skill_rl.scoring.injection import normalise
@@ -61,13 +61,9 @@ def put_first(ctx, task):
 def poem_title(where: Path) -> Path:
     """A markdown-only skill (no checks: the judge scores every dimension) whose tasks carry references, with one
     exploit of its own that asks the judge, in words the filter lets through, to put the answer first."""
-    folder = where / "skills" / "poem-title"
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(TITLES)
-    (folder / "exploits.py").write_text(EXPLOITS)
-    (folder / "tasks.jsonl").write_text("".join(
-        json.dumps({"id": f"p{i}", "input": poem, "reference": title, "split": "val" if i == len(POEMS) - 1 else "train"}) + "\n"
-        for i, (poem, title) in enumerate(POEMS)))
+    tasks = [{"id": f"p{i}", "input": poem, "reference": title, "split": "val" if i == len(POEMS) - 1 else "train"}
+             for i, (poem, title) in enumerate(POEMS)]
+    skill_folder(where / "skills", "poem-title", md=TITLES, tasks=tasks, exploits=EXPLOITS)
     return where / "skills"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import small_git_commit
+from conftest import skill_folder, small_git_commit
 from skill_rl import cpu
 
 SKILL = """---
@@ -58,12 +58,9 @@ pytestmark = [pytest.mark.slow,  # trains on this CPU with torch
 
 def shout_skill(where: Path) -> Path:
     """A skill whose prompt is short (fast on a CPU) and whose graded reward varies within any group."""
-    folder = where / "skills" / "shout"
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(SKILL)
-    (folder / "checks.py").write_text(CHECKS)
-    (folder / "tasks.jsonl").write_text("".join(
-        json.dumps({"id": w, "input": w, "split": s, "reference": w}) + "\n" for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))))
+    tasks = [{"id": w, "input": w, "split": s, "reference": w}
+             for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))]
+    skill_folder(where / "skills", "shout", md=SKILL, checks=CHECKS, tasks=tasks)
     return where / "skills"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHIPPED_SKILLS
+from conftest import SHIPPED_SKILLS, skill_folder
 from skill_rl.scoring.derived import derive
 from skill_rl.scoring.checks import run_checks
 from skill_rl.scoring.rubric import score_offline, skill_checks
@@ -72,14 +72,9 @@ yes"""
 
 
 def make(tmp_path, output_format: str, rules: str = "", meta: str = "", checks: str | None = None):
-    folder = tmp_path / "demo"
-    folder.mkdir(exist_ok=True)
     md = HEAD.format(meta=meta or '  weight-format: "0.3"\n', output_format=output_format)
-    (folder / "SKILL.md").write_text(md + (f"\n## Rules\n\n{rules}\n" if rules else ""))
-    (folder / "tasks.jsonl").write_text(json.dumps({"id": "a", "input": "Refs #12 and #40."}) + "\n")
-    if checks:
-        (folder / "checks.py").write_text(checks)
-    return load_skill(folder)
+    return load_skill(skill_folder(tmp_path, md=md + (f"\n## Rules\n\n{rules}\n" if rules else ""),
+                                   tasks=[{"id": "a", "input": "Refs #12 and #40."}], checks=checks or None))
 
 
 def results(skill, output: str, task_input: str = "Refs #12 and #40.") -> dict:
@@ -305,7 +300,7 @@ def test_known_differences_between_derived_and_hand_written_checks(name, why, co
         assert run_checks(derived, out, task)[derived_name] != run_checks(skill_checks(skill), out, task)[hand], reason
 
 
-# ------------------------------------------------------------------ the markdown-only release-notes skill
+# ------------------------------------------------------------------ release-notes: format derived, claims checked
 
 NOTES = load_skill(ROOT / "skills/release-notes")
 
@@ -340,11 +335,11 @@ def test_check_prints_each_derived_check_with_the_line_it_came_from(capsys, monk
             assert 0 <= here.find(source[:30]) < len(md[at]), (line, source)
 
 
-def _score_file(tmp_path, rows):
+def _score_file(tmp_path, rows, skill="release-notes"):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out.jsonl"
-    assert main(["--skill", "release-notes", "--score", str(src), "--judge", "none", "--out", str(out)]) == 0
+    assert main(["--skill", skill, "--score", str(src), "--judge", "none", "--out", str(out)]) == 0
     return {(r["line"], r["index"]): r for r in map(json.loads, out.read_text().splitlines())}
 
 
@@ -375,9 +370,91 @@ def test_release_notes_pr_numbers_are_never_shared_between_tasks():
             assert seen.setdefault(number, task.id) == task.id, f"#{number} in {task.id} and {seen[number]}"
 
 
+# ------------------------------------------------------------------ keep-a-changelog: a shipped skill written only in markdown
+
+CHANGELOG = load_skill(ROOT / "skills/keep-a-changelog")
+RELEASES = {json.loads(line)["input"]: json.loads(line)
+            for repo in ("yargs", "yargs-parser") for line in (ROOT / f"tests/data/release-notes-{repo}.jsonl").open()}
+
+
+def test_changelog_ships_no_python_and_derives_a_check_of_each_kind_it_needs():
+    folder = ROOT / "skills/keep-a-changelog"
+    assert sorted(p.name for p in folder.iterdir()) == ["SKILL.md", "tasks.jsonl"]
+    assert CHANGELOG.checks is None and CHANGELOG.derive
+    names = {d.fn.__name__ for d in derive(CHANGELOG).checks}
+    assert {"headings", "placeholders_filled", "internal_max_lines", "each_line_max_chars", "output_max_chars",
+            "number_from_input", "every_input_number", "no_code_fence", "no_preamble"} <= names
+    assert derive(CHANGELOG).problems == ()
+
+
+def test_check_of_changelog_lists_its_derived_checks_and_no_checks_py(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["--skill", "keep-a-changelog", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "deterministic checks (checks.py): none" in out
+    cited = re.findall(r"^  (\w+) \((format|correctness)(?:, gate)?\): ", out, re.M)
+    assert {name for name, _ in cited} == {d.fn.__name__ for d in derive(CHANGELOG).checks}
+    assert "the checks pay 0 of 8 families tried" in out
+
+
+def _keep_a_changelog(notes: str) -> str:
+    """The real notes of a release (tests/data/release-notes-*.jsonl, in release-notes' format) as a Keep a
+    Changelog section: the same entries, word for word, under Added (Features), Changed (Breaking changes), Fixed
+    (Fixes) and Internal."""
+    title, *lines = notes.split("\n")
+    parts, name = {}, None
+    for line in lines:
+        if line.startswith("## "):
+            name = line[3:]
+            parts[name] = []
+        elif name and line.strip():
+            parts[name].append(line)
+    body = [f"## [{title.rsplit(' ', 1)[1]}]"]
+    headings = (("Added", "Features"), ("Changed", "Breaking changes"), ("Fixed", "Fixes"), ("Internal", "Internal"))
+    for head, src in headings:
+        body += ["", f"### {head}", *parts[src]]
+    return "\n".join(body)
+
+
+def test_changelog_tasks_are_real_releases_and_their_references_the_real_notes_reshaped():
+    assert len(CHANGELOG.tasks) >= 20 and len(CHANGELOG.split("val")) >= 5
+    for task in CHANGELOG.tasks:
+        mined = RELEASES[task.input]
+        assert task.split == mined["split"] and task.id.endswith(mined["expect"]["version"])
+        assert task.reference == _keep_a_changelog(mined["reference"]), task.id
+
+
+def test_changelog_pr_numbers_are_never_shared_between_tasks():
+    """Another task's reference must cite numbers this input lacks, or it would be as grounded as the right one."""
+    seen = {}
+    for task in CHANGELOG.tasks:
+        for number in re.findall(r"^#(\d+) ", task.input, re.M):
+            assert seen.setdefault(number, task.id) == task.id, f"#{number} in {task.id} and {seen[number]}"
+
+
+def _changelog_corruptions(ref):
+    yield "missing heading", ref.replace("### Fixed\n", "")
+    placeholder = "- <a new or better capability, in one plain sentence> (#<number>)"
+    yield "unfilled placeholder", ref.replace("\n### Changed", f"\n{placeholder}\n\n### Changed", 1)
+    yield "over-long line", ref.replace("\n### Internal", "\n- " + "very " * 30 + "long entry\n\n### Internal", 1)
+    yield "chatter first", "Here is the changelog section:\n\n" + ref
+    yield "two lines under Internal", ref + "\n#1"
+
+
+def test_changelog_references_score_format_1_and_their_corruptions_less(tmp_path):
+    rows = [{"task_id": t.id, "outputs": [t.reference, *(c for _, c in _changelog_corruptions(t.reference))]}
+            for t in CHANGELOG.tasks]
+    scored = _score_file(tmp_path, rows, skill="keep-a-changelog")
+    for n, task in enumerate(CHANGELOG.tasks, start=1):
+        ref = scored[(n, 0)]
+        assert ref["format"] == 1.0 and ref["correctness"] == 1.0, (task.id, ref["checks"])
+        for k, (why, _) in enumerate(_changelog_corruptions(task.reference), start=1):
+            assert scored[(n, k)]["format"] < 1.0 and scored[(n, k)]["reward"] < ref["reward"], (task.id, why)
+
+
 # ------------------------------------------------------------------ generic exploits, for skills without checks.py
 
-# release-notes, its checks.py set aside, stands for a markdown-only skill: it was one until it got checks of its claims
+# the shipped skills without checks.py (keep-a-changelog), and release-notes with its checks.py set aside
 MARKDOWN_ONLY = sorted({name for name in SHIPPED_SKILLS if not (ROOT / "skills" / name / "checks.py").exists()}
                        | {"release-notes"})
 
@@ -512,7 +589,7 @@ def test_each_of_a_field_checks_every_line_with_its_label(tmp_path):
         "each_title_max_chars"]
 
 
-# Issue 25, acceptance: a limit about a section, a field or an item, named by its lower-case name with or without
+# A limit about a section, a field or an item, named by its lower-case name with or without
 # "the"/"each", derives a check that fails an output breaking it and passes one keeping it; --check names its line.
 NAMED = """```
 Decision: <decision>

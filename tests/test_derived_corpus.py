@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skill_folder
 from skill_rl.scoring.derived import derive
 from skill_rl.skills import Task, load_skill
 
@@ -25,10 +26,8 @@ HEAD = "---\nname: {name}\ndescription: Corpus excerpt.\n---\n\n# {name}\n\n## P
 def corpus(tmp_path, folder):
     for md in sorted(p for p in folder.glob("*.md") if p.name != "README.md"):
         side = json.loads(md.with_suffix(".json").read_text())
-        skill = tmp_path / folder.name / md.stem
-        skill.mkdir(parents=True)
-        (skill / "SKILL.md").write_text(HEAD.format(name=md.stem) + md.read_text())
-        (skill / "tasks.jsonl").write_text(json.dumps({"id": "a", "input": side["input"]}) + "\n")
+        skill = skill_folder(tmp_path / folder.name, md.stem, md=HEAD.format(name=md.stem) + md.read_text(),
+                             tasks=[{"id": "a", "input": side["input"]}])
         yield md.stem, load_skill(skill), side
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skill_folder
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 QUICK_START = [
@@ -99,11 +101,10 @@ def test_the_readme_example_skill_passes_check_and_its_check_scores_the_kind(tmp
 
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## A skill") :]
-    folder = tmp_path / "skills" / "changelog-line"
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1))
-    (folder / "tasks.jsonl").write_text(re.search(r"```json\n(.*?)```\n", section, re.S).group(1))
-    (folder / "checks.py").write_text(re.search(r"```python\n(.*?)```\n", section, re.S).group(1))
+    skill_folder(tmp_path / "skills", "changelog-line",
+                 md=re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1),
+                 tasks=re.search(r"```json\n(.*?)```\n", section, re.S).group(1),
+                 checks=re.search(r"```python\n(.*?)```\n", section, re.S).group(1))
     monkeypatch.chdir(tmp_path)
     assert main(["--skill", "changelog-line", "--check"]) == 0, capsys.readouterr().err
     listed = capsys.readouterr().out

@@ -5,7 +5,8 @@ per-task families, `step=True`, written from the task's input and `expect` only)
 fixture together with the real answers, so the step pass applies, each task without its reference, and compared
 task by task with the real answer. On the shipped tasks and on every real fixture of tests/data/ (the held-out one
 included): strictly above the real answer on at most 5 % of the tasks with `expect`, 10 % without; at most 3 % of
-the real answers below 0.8. Checks only (`--judge none`).
+the real answers below 0.8. Checks only (`--judge none`). The fast tier runs the shipped tasks and one real fixture
+per skill; the slow tier the other real fixtures.
 """
 
 import pytest
@@ -19,11 +20,14 @@ def step_families(skill) -> dict:
     return {e.name: e.make for e in families.exploits.skill_exploits(skill) if e.step}
 
 
-CASES = [(name, label) for name in sorted(families.FIXTURES) for label in families.fixtures(name)]
+# the fast tier: each skill's shipped tasks and one real fixture; the slow tier every other real fixture
+FAST = {"shipped tasks", "review-deno", "release-notes-yargs-parser"}
+CASES = [pytest.param(name, label, id=f"{name}: {label}", marks=() if label in FAST else pytest.mark.slow)
+         for name in sorted(families.FIXTURES) for label in families.fixtures(name)]
 
 
 @pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
-@pytest.mark.parametrize("name,label", CASES, ids=[f"{n}: {label}" for n, label in CASES])
+@pytest.mark.parametrize("name,label", CASES)
 def test_no_family_scores_above_the_real_answer(name, label, expect, capsys):
     skill = families.fixtures(name)[label]
     rates, human = families.measure(skill, expect)

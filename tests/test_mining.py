@@ -5,12 +5,12 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import skill_folder
 from skill_rl.scoring.diffs import parse_diff, reverse_diff
 from skill_rl.mining import split_of
 from train_skill import main
@@ -288,12 +288,9 @@ EXPECT_CHECKS = {"git-commit": ("type_right", "scope_right", "breaking_right"),
 
 @pytest.mark.parametrize("skill", ["git-commit", "code-review"])
 def test_mined_tasks_pass_check_and_score_offline_like_written_ones(repo, mined, tmp_path, skill):
-    folder = tmp_path / "skills" / skill
-    folder.mkdir(parents=True)
-    for name in ("SKILL.md", "checks.py"):
-        shutil.copy(ROOT / "skills" / skill / name, folder / name)
-    tasks = mined[skill][3]
-    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    shipped, tasks = ROOT / "skills" / skill, mined[skill][3]
+    skill_folder(tmp_path / "skills", skill, md=(shipped / "SKILL.md").read_bytes(),
+                 checks=(shipped / "checks.py").read_bytes(), tasks=tasks)
     code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", skill, "--check")
     assert code == 0 and f"{len(tasks)} tasks are valid" in out, err
     outputs = [t.get("reference") or review(t["expect"]["defects"]) for t in tasks]
@@ -583,11 +580,9 @@ def test_mined_release_notes_pass_check_and_their_facts_score_in_full(releases, 
     from skill_rl.skills import load_skill
 
     _, _, _, tasks = mine(releases, "release-notes", tmp_path / "n.jsonl")
-    folder = tmp_path / "skills" / "release-notes"
-    folder.mkdir(parents=True)
-    for name in ("SKILL.md", "checks.py"):
-        shutil.copy(ROOT / "skills" / "release-notes" / name, folder / name)
-    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    shipped = ROOT / "skills" / "release-notes"
+    folder = skill_folder(tmp_path / "skills", "release-notes", md=(shipped / "SKILL.md").read_bytes(),
+                          checks=(shipped / "checks.py").read_bytes(), tasks=tasks)
     code, out, err = run("--skills-dir", tmp_path / "skills", "--skill", "release-notes", "--check")
     assert code == 0 and f"{len(tasks)} tasks are valid" in out, err
     skill = load_skill(folder)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skill_folder
 from train_skill import main
 from skill_rl.scoring import repeats
 from skill_rl.scoring.rubric import score_offline
@@ -82,12 +83,9 @@ description: Label the sentiment of a product review. Use when reviews need sort
 
 
 def _skill(tmp_path: Path, name: str, footer: str = "", tasks=()) -> Path:
-    folder = tmp_path / "skills" / name
-    folder.mkdir(parents=True)
     rule = f", then the line `{footer.strip()}`" if footer else ""
-    (folder / "SKILL.md").write_text(LABEL_SKILL.format(name=name, footer=footer, rule=rule))
-    (folder / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    return folder
+    md = LABEL_SKILL.format(name=name, footer=footer, rule=rule)
+    return skill_folder(tmp_path / "skills", name, md=md, tasks=tasks)
 
 
 REVIEWS = [{"id": "r1", "input": "Battery lasts two days, screen is sharp.", "reference": "positive"},

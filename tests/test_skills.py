@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import skills_ref
 
-from conftest import SHIPPED_SKILLS
+from conftest import SHIPPED_SKILLS, skill_folder
 from skill_rl.skills import load_skill
 from train_skill import main
 
@@ -39,13 +39,7 @@ GOOD_TASKS = '{"id": "a", "input": "What is 2+2?"}\n{"id": "b", "input": "Capita
 
 
 def make(tmp_path, md=GOOD_MD, tasks=GOOD_TASKS, name="demo", checks=None):
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "SKILL.md").write_bytes(md.encode() if isinstance(md, str) else md)
-    (folder / "tasks.jsonl").write_bytes(tasks.encode() if isinstance(tasks, str) else tasks)
-    if checks:
-        (folder / "checks.py").write_text(checks)
-    return folder
+    return skill_folder(tmp_path, name, md=md, tasks=tasks, checks=checks or None)
 
 
 def check(tmp_path, capsys, name="demo"):

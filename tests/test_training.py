@@ -97,7 +97,7 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     assert again.returncode == 0, again.stderr[-2000:]
     assert "starting at step 2 of 3" in again.stdout
     assert [s["step"] for s in steps_recorded(tmp_path)] == [1, 2, 3]
-    # a resumed run sees the batches an uninterrupted one would: test_reliability.py, the training killed mid-step
+    # a resumed run sees the batches an uninterrupted one would: test_faults.py, the training killed mid-step
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Hostile warm-start inputs (issue 23): a --sft-from file or a teacher that quotes the process's own key,
+"""Hostile warm-start inputs: a --sft-from file or a teacher that quotes the process's own key,
 --sft-from files without bounds, and a --teacher endpoint without a scheme."""
 
 import json

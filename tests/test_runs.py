@@ -1,5 +1,4 @@
-"""Slow streams, oversized answers, flags, and runs that compete or are stopped (second reliability pass,
-classes 8, 9 and 10)."""
+"""Slow streams, oversized answers, flags, and runs that compete or are stopped."""
 
 import json
 import os
@@ -36,7 +35,7 @@ def in_env(monkeypatch, server) -> None:
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
 
-# ------------------------------------------------------------------ slow streams and big answers (class 8)
+# ------------------------------------------------------------------ slow streams and big answers
 
 
 def test_eval_request_timeout_bounds_a_model_that_trickles_its_answer(tmp_path, capsys):
@@ -74,7 +73,7 @@ def test_judge_explanations_and_kept_outputs_are_bounded(tmp_path, capsys):
     assert (tmp_path / "eval" / "results.json").stat().st_size < 300_000
 
 
-# ------------------------------------------------------------------ flags, up front (class 9)
+# ------------------------------------------------------------------ flags, up front
 
 BAD_FLAGS = [
     ("--judge-attempts", "0"), ("--judge-attempts", "x"), ("--judge-timeout", "0"), ("--judge-timeout", "nan"),
@@ -119,7 +118,7 @@ def test_score_on_a_missing_file_or_a_folder_exits_2(tmp_path, capsys, what):
     assert code == 2 and len(err) == 1 and f"--score {target}" in err[0], err
 
 
-# ------------------------------------------------------------------ one run, one process; stopping (class 10)
+# ------------------------------------------------------------------ one run, one process; stopping
 
 
 def trained_steps(tmp_path: Path) -> list[int]:
@@ -158,7 +157,7 @@ def test_a_second_training_of_a_run_exits_2_naming_the_first_and_sigterm_stops_i
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_abandons_the_step_at_once(tmp_path):
-    """(A killed run's lock is no obstacle: test_reliability.py, the training killed mid-step.)"""
+    """(A killed run's lock is no obstacle: test_faults.py, the training killed mid-step.)"""
     skills = small_git_commit(tmp_path, train=8, val=1)
     policy = held_at("skill-git-commit@2", lambda r: ANSWER)  # step 3's rollouts (on step 2's checkpoint) wait
     with FakeOpenAI(policy_fn=policy) as server:

@@ -1,6 +1,6 @@
 """A skill's checks.py is user code, and untrusted: whatever a check does, scoring finishes, the check is
-scored as failing on that output, counted, reported once, and the exit status says so (second reliability
-pass, class 3). Every shipped check is linear on pathological outputs (class 4)."""
+scored as failing on that output, counted, reported once, and the exit status says so. Every shipped check is
+linear on pathological outputs."""
 
 import json
 import time
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHIPPED_SKILLS, main_in_process, small_git_commit
+from conftest import SHIPPED_SKILLS, main_in_process, skill_folder, small_git_commit
 from openai_server import FakeOpenAI
 from skill_rl.scoring import checks
 from skill_rl import skills
@@ -50,12 +50,8 @@ BAD = {
 
 
 def demo(where: Path, bad_body: str, gate: bool = False, tasks: str = TASKS) -> Path:
-    folder = where / "skills" / "demo"
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(GOOD_MD)
-    (folder / "tasks.jsonl").write_text(tasks)
-    (folder / "checks.py").write_text(HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n')
-    return folder.parent
+    source = HEADER + f'@check("format", gate={gate})\ndef bad(output, task):\n    {bad_body}\n'
+    return skill_folder(where / "skills", md=GOOD_MD, tasks=tasks, checks=source).parent
 
 
 @pytest.fixture
@@ -336,7 +332,7 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path, monk
     assert "Traceback" not in run.stderr  # the hang was stopped: the step finished
 
 
-# ------------------------------------------------------------------ catastrophic regexes (class 4)
+# ------------------------------------------------------------------ catastrophic regexes
 
 MB5 = 5 * 2**20
 PATHOLOGICAL = {  # each a 5 MB output, one line unless a header line is needed to reach the body's checks

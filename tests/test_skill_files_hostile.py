@@ -1,10 +1,11 @@
 """SKILL.md and the skills folder are hostile input: YAML bombs, tags, complex keys, pathological markdown,
-and the commands that list, find and create skills (second reliability pass, classes 1 and 11)."""
+and the commands that list, find and create skills."""
 
 from pathlib import Path
 
 import pytest
 
+from conftest import skill_folder
 from skill_rl.skills import load_skill
 from train_skill import main
 
@@ -17,12 +18,7 @@ LAUGHS = "".join([f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9)
 
 
 def make(where: Path, front: str, body: str = BODY, name: str = "demo", checks: str | None = None) -> Path:
-    folder = where / name
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(f"---\n{front}---\n{body}")
-    (folder / "tasks.jsonl").write_text(TASKS)
-    if checks is not None:
-        (folder / "checks.py").write_text(checks)
+    folder = skill_folder(where, name, md=f"---\n{front}---\n{body}", tasks=TASKS, checks=checks)
     return folder
 
 
@@ -108,7 +104,7 @@ def test_a_100000_deep_quote_is_reported_not_a_crash(tmp_path, capsys, monkeypat
     assert code == 2 and len(err) == 1 and "demo/SKILL.md:5: markdown nested too deeply" in err[0], err
 
 
-# ------------------------------------------------------------------ listing, finding and creating skills (class 11)
+# ------------------------------------------------------------------ listing, finding and creating skills
 
 
 @pytest.mark.parametrize("what", ["missing", "a file"])

@@ -1,4 +1,4 @@
-"""Hostile SKILL.md prose for the derived checks (issue 23): numbers too big to read, a SKILL.md large
+"""Hostile SKILL.md prose for the derived checks: numbers too big to read, a SKILL.md large
 enough to expose quadratic work, section names in any script, and constraints no output can meet."""
 
 import json

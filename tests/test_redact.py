@@ -1,5 +1,5 @@
 """Keys that servers echo back (a 401 quoting the key, a header, a completion that repeats it) reach no
-printed line, record, result file or `.art/` log (second reliability pass, class 7)."""
+printed line, record, result file or `.art/` log."""
 
 import json
 import os

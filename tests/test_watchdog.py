@@ -1,4 +1,4 @@
-"""The check time limit (watchdog.py) seen from the event loop (issue 23, class 17): checks that finish
+"""The check time limit (watchdog.py) seen from the event loop: checks that finish
 within their limit send no signal at all, so a long synchronous scoring pass cannot fill the loop's
 wake-up channel ("Exception ignored ... BlockingIOError"); a check past its limit is still stopped."""
 

@@ -1,12 +1,12 @@
 """Text from users and models is printed literally: never read as rich markup, never crashing the output,
-never losing `[...]`, never sending terminal control codes (second reliability pass, class 2)."""
+never losing `[...]`, never sending terminal control codes."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from conftest import small_git_commit
+from conftest import skill_folder, small_git_commit
 from openai_server import FakeOpenAI
 from train_skill import main
 
@@ -16,11 +16,8 @@ MARKUP = "Use [bold]x[/] with qwen[lora] [link=http://e.x]here[/link]"
 
 
 def skill(where: Path, name: str, description: str, body: str = BODY) -> Path:
-    folder = where / name
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description}\n---\n{body}")
-    (folder / "tasks.jsonl").write_text('{"id": "a", "input": "x"}\n')
-    return folder
+    return skill_folder(where, name, md=f"---\nname: {name}\ndescription: {description}\n---\n{body}",
+                        tasks='{"id": "a", "input": "x"}\n')
 
 
 def test_list_prints_descriptions_and_problems_literally(tmp_path, capsys):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import skills_ref
 
-from conftest import SMALL_DIFF as DIFF, held_at, main_in_process, small_git_commit, wait_for
+from conftest import SMALL_DIFF as DIFF, held_at, main_in_process, skill_folder, small_git_commit, wait_for
 from openai_server import FakeOpenAI, candidates
 from skill_rl.skills import load_skill
 from train_skill import main
@@ -317,10 +317,7 @@ CASES = list(variants())
 @pytest.mark.parametrize("case,md,tasks,must_fail", CASES, ids=[c[0] for c in CASES])
 def test_a_malformed_skill_never_crashes_or_hangs(tmp_path, capsys, monkeypatch, case, md, tasks, must_fail):
     monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "demo"
-    folder.mkdir()
-    (folder / "SKILL.md").write_bytes(md)
-    (folder / "tasks.jsonl").write_bytes(tasks)
+    folder = skill_folder(tmp_path, md=md, tasks=tasks)
     code = main(["--skills-dir", str(tmp_path), "--skill", "demo", "--check"])
     err = capsys.readouterr().err
     assert code in (0, 2)

@@ -1,4 +1,4 @@
-"""Hostile model files for --backend cpu (issue 23, class 18): a truncated or corrupt .gguf, a config.json
+"""Hostile model files for --backend cpu: a truncated or corrupt .gguf, a config.json
 that is not an object, a truncated adapter, a tampered optimizer.pt: each is one line and exit 2, found
 before loading where it can be (the validation path: no model is loaded here), and no pickle runs code."""
 

@@ -1,4 +1,4 @@
-"""Output paths and resumed files (second reliability pass, classes 5 and 6): --out never destroys an input,
+"""Output paths and resumed files: --out never destroys an input,
 an unwritable --out is one line and a non-zero exit, and --resume keeps only what belongs to this command."""
 
 import json
@@ -33,7 +33,7 @@ def run(capsys, *argv) -> tuple[int, list[str]]:
     return code, err.strip().splitlines()
 
 
-# ------------------------------------------------------------------ output paths (class 5)
+# ------------------------------------------------------------------ output paths
 
 
 def test_score_refuses_an_out_that_is_its_input_or_links_to_it(tmp_path, capsys):
@@ -107,7 +107,7 @@ def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monk
     assert not (tmp_path / ".art").exists()
 
 
-# ------------------------------------------------------------------ resume integrity (class 6)
+# ------------------------------------------------------------------ resume integrity
 
 
 def score(capsys, skills, src, out, *extra):
@@ -186,7 +186,7 @@ def test_eval_resume_refuses_records_of_another_command(tmp_path, capsys, change
     assert (out / "records.jsonl").read_bytes() == before
 
 
-# ------------------------------------------------------------------ rough edges (class 11)
+# ------------------------------------------------------------------ rough edges
 
 
 def test_a_pipe_in_a_model_label_is_escaped_in_results_md(tmp_path, capsys):
