@@ -16,7 +16,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from skill_rl.errors import Exit
-from skill_rl.skills import brief, show
+from skill_rl.text import brief, show
 
 
 TINY_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

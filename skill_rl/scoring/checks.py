@@ -20,7 +20,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Callable
 
-from skill_rl.skills import DIMENSIONS, Skill, Task, brief, display, show
+from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.text import brief, display, show
 from skill_rl.watchdog import Timeout, Watchdog
 
 CheckResult = bool | float | None  # None: not applicable to this task

@@ -73,7 +73,8 @@ from typing import Callable, Iterator, NamedTuple
 from markdown_it import MarkdownIt
 
 from skill_rl.scoring.checks import check
-from skill_rl.skills import Section, Skill, SkillError, display
+from skill_rl.skills import Section, Skill, SkillError
+from skill_rl.text import display
 
 _md = MarkdownIt("commonmark")
 PLACEHOLDER = re.compile(r"<([^<>\s][^<>]*)>")

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from skill_rl.skills import DIMENSIONS, Skill, Task, display
+from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.text import display
 from skill_rl.scoring.checks import (DEFAULT_COVERS, CheckResult, is_estimate, run_checks, run_checks_group, scoring,
                                      where)
 from skill_rl.scoring.derived import derived_checks
