@@ -101,11 +101,12 @@ def jsonl_lines(path: Path, problems: list[str]) -> Iterator[tuple[int, bytes]]:
         return
     with f:
         total, n, too_long = 0, 0, False
-        while total <= MAX_FILE_BYTES:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
+        while raw := f.readline(MAX_LINE_BYTES + 1):
             total += len(raw)
+            if total > MAX_FILE_BYTES:
+                problems.append(problem(path, n if too_long else n + 1,
+                                        f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
+                return
             if too_long:  # the rest of a line already reported
                 too_long = not raw.endswith(b"\n")
                 continue
@@ -117,12 +118,11 @@ def jsonl_lines(path: Path, problems: list[str]) -> Iterator[tuple[int, bytes]]:
                 continue
             if raw.strip():
                 yield n, raw.rstrip(b"\r\n")
-        problems.append(problem(path, n, f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
 
 
 def json_object(path: Path, n: int, raw: bytes, problems: list[str], what: str = "") -> dict | None:
     """Line `n` of `path` as a JSON object; None, with one problem, when it is not UTF-8, not JSON, gives a key
-    twice or is not an object. `what` says what an object must hold (", with task_id and output")."""
+    twice or is not an object. `what` says what an object must hold (" with task_id and output")."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
