@@ -185,13 +185,22 @@ def gguf_problem(path: Path) -> str | None:
     if len(version) == 4 and int.from_bytes(version, "little") not in (2, 3):
         return f"GGUF version {int.from_bytes(version, 'little')}; versions 2 and 3 load"
     try:
+        stat = path.stat()
+        return _gguf_read(str(path), stat.st_size, stat.st_mtime_ns)
+    except OSError as e:
+        return f"cannot read it: {e.strerror}"
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_read(path: str, size: int, mtime_ns: int) -> str | None:
+    """gguf_problem's reading, once per file as it is (GGUFReader walks the vocabulary item by item: seconds for a
+    small model, and a run checks its base model more than once)."""
+    try:
         _strict_gguf_reader(_library("gguf"))(path)
     except _Cut:
         return "cut short: the file ends before its header says"
     except (ValueError, KeyError, IndexError, OverflowError) as e:  # an unknown tensor or value type, ...
         return f"not a valid GGUF file: {brief(e, 120)}"
-    except OSError as e:
-        return f"cannot read it: {e.strerror}"
     return None
 
 
