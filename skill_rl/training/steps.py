@@ -129,8 +129,8 @@ class Trainer:
         t.dir = Path(t.model._get_output_dir())
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
         try:
-            history.mend(t.dir / history.NAME)  # a last line cut short by a crash: what ART logs next is read
             t.record_fade()  # before config.yaml: a refused command leaves the run's records as they were
+            history.mend(t.dir / history.NAME)  # a last line cut short by a crash: what ART logs next is read
         except Exit:
             t.lock.release()
             raise
