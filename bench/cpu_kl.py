@@ -33,6 +33,7 @@ import train_skill  # noqa: E402
 from cpu_learning import val_samples  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
+from skill_rl.training.history import rows as history_rows  # noqa: E402
 
 SKILLS = ROOT / "skills"
 
@@ -43,7 +44,7 @@ def command(a, *more: str) -> list[str]:
 
 
 def history(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines() if line.strip()]
+    return history_rows(run_dir / "history.jsonl")
 
 
 def greedy(a, run_dir: Path, work: Path) -> list[dict]:

@@ -32,6 +32,7 @@ sys.path[:0] = [str(ROOT)]
 import train_skill  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
+from skill_rl.training.history import rows as history_rows  # noqa: E402
 
 STEP_LINE = re.compile(r"^(?:step|sft +\d+/\d+ \| step) +(\d+) \|.*?\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
 DIMENSIONS = ("reward", "format", "procedure", "correctness", "check/conventional", "check/grounded")
@@ -53,8 +54,7 @@ class Tee(io.TextIOBase):
 
 def curve(run_dir: Path, seconds: dict[int, float]) -> list[dict]:
     rows: dict[int, dict] = {}
-    for line in (run_dir / "history.jsonl").read_text().splitlines():
-        h = json.loads(line)
+    for h in history_rows(run_dir / "history.jsonl"):
         row = rows.setdefault(h["step"], {"step": h["step"]})
         for split in ("train", "val"):
             for d in DIMENSIONS:

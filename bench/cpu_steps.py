@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT)]
 
 from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
+from skill_rl.training.history import rows as history_rows  # noqa: E402
 
 BASELINE = "749bbdf"  # main before bf16 and batched decoding (float32, one prompt's rows decoded at a time)
 STEP_LINE = re.compile(r"^step +(\d+) \|.*\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
@@ -51,7 +52,7 @@ def run(tree: Path, work: Path, steps: int, extra: list[str]) -> str:
 
 def figures(work: Path, stdout: str, after: int) -> dict:
     seconds = {int(s): float(t) for s, t in STEP_LINE.findall(stdout)}
-    history = [json.loads(line) for line in next(work.rglob("history.jsonl")).read_text().splitlines()]
+    history = history_rows(next(work.rglob("history.jsonl")))
     rows = [h for h in history if h.get("step", 0) > after and "train/cpu/train_s" in h and h["step"] in seconds]
     n = len(rows)
     total = sum(seconds[h["step"]] for h in rows) / n
@@ -77,7 +78,7 @@ def main() -> int:
         warm.mkdir()
         print("warm start and one RL step (this tree's code) ...", flush=True)
         run(ROOT, warm, 1, [])
-        start = json.loads(next(warm.rglob("history.jsonl")).read_text().splitlines()[-1])["step"]
+        start = history_rows(next(warm.rglob("history.jsonl")))[-1]["step"]
         result = {}
         for name, tree in (("old", old_tree), ("new", ROOT)):
             work = tmp / name

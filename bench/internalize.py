@@ -31,6 +31,7 @@ import train_skill  # noqa: E402
 from cpu_learning import STEP_LINE, Tee  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
+from skill_rl.training.history import rows as history_rows  # noqa: E402
 
 ARMS = (("base", "base model, with SKILL.md"), ("base (no skill)", "base model, without SKILL.md"),
         ("trained", "trained, with SKILL.md"), ("trained (no skill)", "trained, without SKILL.md"))
@@ -39,8 +40,7 @@ ARMS = (("base", "base model, with SKILL.md"), ("base (no skill)", "base model, 
 def steps(run_dir: Path, seconds: dict[int, float]) -> list[dict]:
     """Per step: train reward and format, the share of prompts with SKILL.md, prompt tokens, seconds; val reward."""
     rows: dict[int, dict] = {}
-    for line in (run_dir / "history.jsonl").read_text().splitlines():
-        h = json.loads(line)
+    for h in history_rows(run_dir / "history.jsonl"):
         row = rows.setdefault(h["step"], {"step": h["step"], "seconds": seconds.get(h["step"])})
         for key in ("train/reward", "train/format", "train/with_skill", "train/prompt_tokens", "val/reward", "val/skill/reward"):
             if key in h:

@@ -30,6 +30,7 @@ sys.path[:0] = [str(ROOT)]
 import train_skill  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
 from skill_rl import cpu  # noqa: E402
+from skill_rl.training.history import rows as history_rows  # noqa: E402
 
 SKILL = """---
 name: answer-first
@@ -119,7 +120,7 @@ def main() -> int:
     minutes = (time.perf_counter() - started) / 60
     history = next((work / ".art").rglob("history.jsonl"))
     val, train = {}, {}
-    for row in map(json.loads, history.read_text().splitlines()):
+    for row in history_rows(history):
         for split, into in (("val", val), ("train", train)):
             if f"{split}/reward" in row:
                 into[row["step"]] = row[f"{split}/reward"]

@@ -11,7 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from skill_rl.skills import DIMENSIONS, parse_frontmatter, read_jsonl, read_text, split_frontmatter
+from skill_rl.skills import DIMENSIONS, parse_frontmatter, read_text, split_frontmatter
+from skill_rl.training import history
 
 
 def _trained_under(skill, where: Path) -> str:
@@ -35,7 +36,7 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
                base_license: str | None, ollama: bool, evaluation: dict | None = None, gguf: str | None = None) -> str:
     """The export's README.md. `gguf`: the GGUF file's name, when --gguf wrote one (the Modelfile then loads it)."""
     adapter = _json(checkpoint / "adapter_config.json")
-    rows = [r for r in read_jsonl(where / "history.jsonl") if isinstance(r, dict)]
+    rows = history.rows(where / history.NAME)
     name = s.run_name
     rank = adapter.get("r")
     lora_rank = f" --max-lora-rank {rank}" if isinstance(rank, int) and rank > 16 else ""

@@ -17,8 +17,9 @@ from skill_rl.errors import Exit
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.scoring.rubric import checks_cover, reference_problems
-from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, display, list_skills as skill_folders, load_skill, skill_dirs,
-                     shipped_skills_dir, show)
+from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, list_skills as skill_folders, load_skill,
+                             shipped_skills_dir, skill_dirs)
+from skill_rl.text import display, show
 
 TEMPLATE = Path(__file__).parent / "template"
 TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")  # what --init writes

@@ -151,7 +151,7 @@ def dump(settings) -> str:
 def write(settings, folder: Path) -> Path | None:
     """`<folder>/config.yaml`, replaced whole (a resumed run writes the settings it resumed with), the user's alone
     (0600), as the run folder is made (0700): its records hold the tasks, the outputs and the endpoints."""
-    from skill_rl.skills import atomic_write
+    from skill_rl.files import atomic_write
 
     path = Path(folder) / NAME
     try:

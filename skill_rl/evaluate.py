@@ -33,7 +33,8 @@ from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.runlock import interrupted_as
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec, spec_of, with_baselines
-from skill_rl.skills import DIMENSIONS, Skill, Task, atomic_write, read_jsonl
+from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.files import atomic_write, read_records
 
 MAX_KEPT_OUTPUT = 100_000  # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
 
@@ -423,7 +424,7 @@ def run(setup, skill: Skill) -> int:
     prepare_folder(out, skill_files(skill))
     log = out / "records.jsonl"
     ident = {"skill": skill.name, "tasks": digest(skill.tasks_path), "samples": args.samples}
-    done = read_jsonl(log) if args.resume else []
+    done = read_records(log) if args.resume else []
     refuse_foreign(done, ident, log, {ep.label: spec_of(ep) for ep in endpoints})
     whole = {t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)}
     if args.resume:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from skill_rl import cpu, gguf_export, prompts
 from skill_rl.errors import Exit
-from skill_rl.skills import brief, show
+from skill_rl.text import brief, show
 
 MANIFEST = "export.json"
 EVAL_CHART = "eval.png"  # --card-eval's chart.png, shown in the card
@@ -71,6 +71,7 @@ def run_dir(s) -> Path:
 
 def pick_checkpoint(where: Path, which: str | int) -> tuple[Path, str]:
     """(checkpoint folder, why this one), or exit 2: no checkpoints, no such step, a remote run, a damaged folder."""
+    from skill_rl.training import history
     from skill_rl.training.backends import REMOTE_WEIGHTS, best_step
 
     steps = {int(p.name): p for p in (where / "checkpoints").glob("[0-9]*") if p.name.isdigit() and p.is_dir()}
@@ -80,7 +81,7 @@ def pick_checkpoint(where: Path, which: str | int) -> tuple[Path, str]:
     if which == "latest":
         step, why = max(steps), "the latest"
     elif which == "best":
-        best = best_step(where / "history.jsonl")
+        best = best_step(where / history.NAME)
         if best and best[0] in steps:
             step, why = best[0], f"the best: mean val/reward {best[1]:.3f}"
         else:

@@ -3,7 +3,7 @@
 Servers echo keys back (a 401 whose body quotes the Authorization header, a header, even a
 completion), and libraries put what servers said into exception messages. So nothing is trusted to
 be clean: every sink goes through `redact` (printed lines, via `redacted_output`; records and
-result files, via records.Sink and skills.atomic_write; `.art/` logs, via rollout.py), with every
+result files, via records.Sink and files.atomic_write; `.art/` logs, via rollout.py), with every
 key the process knows: the key flags, and every environment variable named like a secret (`.env`
 is loaded into the environment first), and the password of every URL (`http://user:PASSWORD@host`). Redact before truncating, or half a key gets through.
 """

@@ -22,7 +22,9 @@ from skill_rl.progress import bar
 from skill_rl.records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.runlock import interrupted_as
-from skill_rl.skills import Skill, Task, atomic_write, no_duplicate_keys, read_jsonl
+from skill_rl.skills import Skill, Task
+from skill_rl.files import atomic_write, read_objects, read_records
+from skill_rl.text import display, problem, show
 
 
 class Item(BaseModel):
@@ -42,35 +44,22 @@ class Item(BaseModel):
 
 
 def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, Task, list[str], str | None]]:
-    """(line, task, outputs, task_id) for every valid line; one message per bad line in `errors`."""
+    """(line, task, outputs, task_id) for every valid line (read as tasks.jsonl is, by skill_rl/files.py's strict
+    JSONL reader: a key given twice is an error, not "the last one wins"); one message per bad line in `errors`."""
     items = []
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        errors.append(f"{path}: cannot read file: {e.strerror}")
-        return items
-    for n, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:  # parsed as tasks.jsonl is: a key given twice is an error, not "the last one wins"
-            item = Item.model_validate(json.loads(raw, object_pairs_hook=no_duplicate_keys))
+    for n, obj in read_objects(path, errors):
+        try:
+            item = Item.model_validate(obj)
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(p) for p in err["loc"])
             where = f"field '{loc}': " if loc else ""
-            errors.append(f"{path}:{n}: {where}{err['msg'].removeprefix('Value error, ')}")
-            continue
-        except ValueError as e:  # not JSON, not UTF-8, or a duplicate key
-            col = f" at column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-            errors.append(f"{path}:{n}: " + (str(e) if "given twice" in str(e) else f"invalid JSON{col}: {getattr(e, 'msg', e)}"))
-            continue
-        except RecursionError:
-            errors.append(f"{path}:{n}: invalid JSON: nested too deeply")
+            errors.append(problem(path, n, f"{where}{err['msg'].removeprefix('Value error, ')}"))
             continue
         if item.task_id is not None:
             task = skill.task(item.task_id)
             if task is None:
-                errors.append(f"{path}:{n}: field 'task_id' {item.task_id!r} is not in {skill.tasks_path}")
+                errors.append(problem(path, n, f"field 'task_id' {show(item.task_id)} is not in {display(skill.tasks_path)}"))
                 continue
         else:
             task = Task(id=f"line-{n}", input=item.input, line=n)
@@ -92,7 +81,7 @@ def finished(out_path: Path, items) -> set[int]:
     """Input lines whose every output already has a record in `out_path`. The file is rewritten (atomically)
     without partial groups and without a torn last line, so appending to it keeps it valid JSONL."""
     sizes = {line: len(outputs) for line, _, outputs, _ in items}
-    records = read_jsonl(out_path)
+    records = read_records(out_path)
     by_line: dict[int, set] = {}
     for r in records:
         by_line.setdefault(r.get("line"), set()).add(r.get("index"))
@@ -209,7 +198,7 @@ def score_outputs(skill: Skill, path: Path, judge: Judge | None, out_path: Path 
         prepare_file(out_path, {path: "the input", **skill_files(skill)})
     skip: set[int] = set()
     if resume and out_path.exists():
-        refuse_foreign(read_jsonl(out_path), {"skill": skill.name, "source": digest(path)}, out_path)
+        refuse_foreign(read_records(out_path), {"skill": skill.name, "source": digest(path)}, out_path)
         try:
             skip = finished(out_path, read_items(path, skill, []))
         except OSError as e:  # a full disk: the file is as it was

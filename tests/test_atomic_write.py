@@ -1,4 +1,4 @@
-"""Every output we replace goes through one write path (skills.atomic_write): a unique temporary file in the
+"""Every output we replace goes through one write path (files.atomic_write): a unique temporary file in the
 same folder, never a link planted at a predictable name, only a regular file replaced; a full disk is one
 line, never a traceback."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SMALL_DIFF as DIFF, small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl.skills import atomic_write
+from skill_rl.files import atomic_write
 from test_mining import Scripted, run
 
 

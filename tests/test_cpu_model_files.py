@@ -5,6 +5,8 @@ before loading where it can be (the validation path: no model is loaded here), a
 import json
 import os
 import struct
+import sys
+from importlib.util import find_spec
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,6 +14,11 @@ import pytest
 
 from skill_rl import cpu
 from skill_rl.errors import Exit
+
+# the headers are read by the libraries of the [cpu] extra: gguf's GGUFReader, safetensors' safe_open
+needs_gguf = pytest.mark.skipif(find_spec("gguf") is None, reason="a GGUF header is read with gguf, of the [cpu] extra")
+needs_safetensors = pytest.mark.skipif(find_spec("safetensors") is None,
+                                       reason="an adapter is read with safetensors, of the [cpu] extra")
 
 
 def gguf_bytes(tensors: int = 1, cut: int = 0) -> bytes:
@@ -38,23 +45,38 @@ def refused(base_model: str) -> str:
     return text
 
 
+@needs_gguf
 def test_a_well_formed_gguf_passes_the_check(tmp_path):
     (tmp_path / "m.gguf").write_bytes(gguf_bytes(3))
     assert cpu.locate(str(tmp_path / "m.gguf")) == (str(tmp_path), "m.gguf")
 
 
 @pytest.mark.parametrize("case, data, words", [
-    ("tensor data cut short", gguf_bytes(3, cut=100), "cut short"),
-    ("header cut short", gguf_bytes(3)[:60], "cut short"),
+    pytest.param("tensor data cut short", gguf_bytes(3, cut=100), "cut short", marks=needs_gguf),
+    pytest.param("header cut short", gguf_bytes(3)[:60], "cut short", marks=needs_gguf),
     ("not a GGUF file", b"hello, world", "not a GGUF file"),
     ("an unknown version", b"GGUF" + struct.pack("<IQQ", 99, 0, 0), "version 99"),
-    ("a string longer than the file", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62), "cut short"),
+    pytest.param("a string longer than the file", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62),
+                 "cut short", marks=needs_gguf),
+    pytest.param("an array count past the file's end",
+                 b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 0, 2**40)
+                 + b"\0" * 2**16, "cut short", marks=needs_gguf),
 ])
 def test_a_corrupt_gguf_is_refused_in_one_line_before_loading(tmp_path, case, data, words):
     (tmp_path / "m.gguf").write_bytes(data)
     text = refused(str(tmp_path / "m.gguf"))
     assert text.startswith(f"--base-model {tmp_path / 'm.gguf'}: ") and words in text
 
+
+
+@pytest.mark.parametrize("library", ["gguf", "safetensors"])
+def test_without_the_cpu_extra_a_model_file_check_is_one_line_naming_it(tmp_path, monkeypatch, library):
+    monkeypatch.setitem(sys.modules, library, None)  # as if not installed: importing it raises ImportError
+    (tmp_path / "m.gguf").write_bytes(gguf_bytes(1))
+    with pytest.raises(Exit) as stop:
+        cpu.locate(str(tmp_path / "m.gguf")) if library == "gguf" else cpu.checkpoint_problem(checkpoint(tmp_path / "0001"))
+    assert stop.value.code == 2 and str(stop.value) == (f"reading this model's files needs the {library} package of the "
+                                                        '[cpu] extra: pip install -e ".[cpu]"')
 
 @pytest.mark.parametrize("config, words", [
     ("[1, 2]", "must be a JSON object, got list"),
@@ -83,6 +105,7 @@ def checkpoint(where: Path, adapter: bytes | None = None) -> Path:
     ("header length beyond the file", lambda b: struct.pack("<Q", 2**40) + b[8:], "cut short"),
     ("header not JSON", lambda b: struct.pack("<Q", 4) + b"nope", "not valid JSON"),
 ])
+@needs_safetensors
 def test_a_truncated_adapter_is_refused_in_one_line(tmp_path, case, cut, words):
     folder = checkpoint(tmp_path / "0001", cut)
     assert cpu.checkpoint_problem(checkpoint(tmp_path / "whole")) is None
@@ -90,6 +113,7 @@ def test_a_truncated_adapter_is_refused_in_one_line(tmp_path, case, cut, words):
     assert problem and words in problem and "adapter_model.safetensors" in problem, problem
 
 
+@needs_safetensors
 def test_a_corrupt_optimizer_zip_is_found_before_torch_reads_it(tmp_path):
     import zipfile
 

@@ -669,7 +669,7 @@ def test_prose_that_only_looks_like_an_enumeration_or_range_derives_nothing(tmp_
 
 
 def test_sentences_are_counted_at_sentence_ends_not_at_abbreviations():
-    from skill_rl.scoring.derived import _measure
+    from skill_rl.scoring.derived.checks import _measure
 
     assert _measure("sentences", ("Use e.g. the cache. Then stop!", "Done?")) == 3
     assert _measure("sentences", ("- one item", "- two. Three.")) == 3

@@ -11,6 +11,7 @@ import io
 import json
 import struct
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,11 @@ import train_skill
 from skill_rl import cpu, export
 
 RUN = "git-commit-smollm2-135m-instruct"  # the name training gives git-commit on the CPU's default model
+
+
+# what --export refuses after reading a checkpoint's adapter needs safetensors' reader (the [cpu] extra)
+needs_safetensors = pytest.mark.skipif(find_spec("safetensors") is None,
+                                       reason="the adapter is checked with safetensors, of the [cpu] extra")
 
 
 def tiny_safetensors(path: Path, cut: int = 0) -> None:
@@ -72,6 +78,7 @@ def test_a_step_without_a_checkpoint_names_the_steps_there(in_tmp, capsys):
     assert code == 2 and "has no such checkpoint; it has steps 1, 3" in one_line(err)
 
 
+@needs_safetensors
 def test_a_checkpoint_cut_short_is_refused_before_anything_is_written(in_tmp, capsys):
     where = fake_run(in_tmp, steps=(1,))
     tiny_safetensors(where / "checkpoints/0001/adapter_model.safetensors", cut=4)
@@ -80,6 +87,7 @@ def test_a_checkpoint_cut_short_is_refused_before_anything_is_written(in_tmp, ca
     assert list(in_tmp.iterdir()) == [in_tmp / ".art"]
 
 
+@needs_safetensors
 def test_an_adapter_config_that_is_not_json_is_refused(in_tmp, capsys):
     where = fake_run(in_tmp, steps=(1,))
     (where / "checkpoints/0001/adapter_config.json").write_text("{not json")
@@ -104,6 +112,7 @@ def test_a_run_with_history_but_no_checkpoints_is_refused(in_tmp, capsys):
     assert code == 2 and "has no checkpoints/ to export" in one_line(err)
 
 
+@needs_safetensors
 def test_a_folder_with_other_files_is_refused_with_and_without_force(in_tmp, capsys):
     fake_run(in_tmp)
     (in_tmp / "out").mkdir()
@@ -115,6 +124,7 @@ def test_a_folder_with_other_files_is_refused_with_and_without_force(in_tmp, cap
     assert (in_tmp / "out/notes.txt").read_text() == "mine"
 
 
+@needs_safetensors
 def test_force_refuses_an_earlier_export_with_a_file_added_to_it(in_tmp, capsys):
     fake_run(in_tmp)
     (in_tmp / "out").mkdir()
@@ -126,6 +136,7 @@ def test_force_refuses_an_earlier_export_with_a_file_added_to_it(in_tmp, capsys)
     assert (in_tmp / "out/mine.txt").exists()
 
 
+@needs_safetensors
 def test_a_file_a_link_and_a_path_under_a_file_are_refused(in_tmp, capsys):
     fake_run(in_tmp)
     (in_tmp / "file").write_text("keep")
@@ -137,6 +148,7 @@ def test_a_file_a_link_and_a_path_under_a_file_are_refused(in_tmp, capsys):
     assert (in_tmp / "file").read_text() == "keep" and list((in_tmp / "real").iterdir()) == []
 
 
+@needs_safetensors
 def test_the_working_folder_itself_is_refused_when_it_is_not_empty(in_tmp, capsys):
     fake_run(in_tmp)
     for target in (".", "..", str(in_tmp) + "/"):
@@ -154,6 +166,7 @@ def test_checkpoint_needs_export(in_tmp, capsys):
     assert "must be a step number" in capsys.readouterr().err
 
 
+@needs_safetensors
 def test_a_full_disk_mid_write_leaves_nothing_and_exits_1(in_tmp, capsys, monkeypatch):
     fake_run(in_tmp)
     calls = []
@@ -172,6 +185,7 @@ def test_a_full_disk_mid_write_leaves_nothing_and_exits_1(in_tmp, capsys, monkey
     assert torch_before or "torch" not in sys.modules  # the refusals and the copy import no torch
 
 
+@needs_safetensors
 def test_best_is_the_highest_mean_validation_and_latest_the_last_step(in_tmp):
     where = fake_run(in_tmp, steps=(1, 2, 3), val={1: 0.2, 2: 0.9, 3: 0.4})
     assert export.pick_checkpoint(where, "best")[0].name == "0002"
@@ -256,6 +270,7 @@ def card_tables_and_images(card: str) -> tuple[list[list[list[str]]], list[str]]
     return tables, images
 
 
+@needs_safetensors
 def test_the_card_carries_the_eval_table_with_its_judge_and_both_images(in_tmp, capsys, no_merge):
     where = fake_run(in_tmp, val={1: 0.2, 2: 0.4})
     (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
@@ -275,6 +290,7 @@ def test_the_card_carries_the_eval_table_with_its_judge_and_both_images(in_tmp, 
     assert "eval.png" in json.loads((in_tmp / "out" / export.MANIFEST).read_text())["files"]
 
 
+@needs_safetensors
 def test_without_a_judge_the_card_says_checks_only_and_without_card_eval_it_has_no_eval_table(in_tmp, capsys, no_merge):
     fake_run(in_tmp)
     eval_folder(in_tmp / "results", judge=None)
@@ -297,6 +313,7 @@ def test_a_card_eval_of_another_skill_or_no_results_is_refused_before_anything_i
     assert not (in_tmp / "out").exists()
 
 
+@needs_safetensors
 def test_the_adapter_names_its_base_model_by_hub_id_not_the_training_machines_path(in_tmp, capsys, no_merge):
     where = fake_run(in_tmp, steps=(1,))
     assert export_cmd(capsys, "--export", "tiny", "--run-name", RUN, "--base-model", cpu.TINY_MODEL)[0] == 0
@@ -321,6 +338,7 @@ def dead_pid() -> int:
     return child.pid
 
 
+@needs_safetensors
 def test_a_killed_exports_partial_folder_is_removed_by_the_next_and_a_live_ones_is_kept(in_tmp, capsys, no_merge):
     import os
 
@@ -336,6 +354,7 @@ def test_a_killed_exports_partial_folder_is_removed_by_the_next_and_a_live_ones_
     assert sorted(p.name for p in in_tmp.iterdir() if p.name.startswith(".out")) == [f".out.partial-{live}"]
 
 
+@needs_safetensors
 def test_an_earlier_export_moved_aside_by_a_killed_export_is_put_back(in_tmp, capsys, no_merge):
     fake_run(in_tmp)
     assert export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")[0] == 0
@@ -402,6 +421,7 @@ def test_push_to_hub_without_a_token_is_one_line_before_any_export_work(in_tmp, 
         assert code == 2 and "owner/name" in one_line(err) and "token" not in err, repo
 
 
+@needs_safetensors
 def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, capsys, monkeypatch, no_merge):
     import huggingface_hub
 
@@ -434,6 +454,7 @@ def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, ca
     assert f"uploaded out to {export.HUB}/me/git-commit" in out
 
 
+@needs_safetensors
 def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_kept(in_tmp, capsys, monkeypatch, no_merge):
     import huggingface_hub
     from huggingface_hub import constants

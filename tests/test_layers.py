@@ -82,6 +82,26 @@ def test_scoring_and_the_skill_loader_import_nothing_of_training_or_the_cpu_back
     assert not any(leaks.values()), leaks
 
 
+def test_nothing_outside_the_skill_loader_takes_a_generic_helper_through_it():
+    """What is imported from skill_rl.skills is what the loader defines (Skill, Task, load_skill, ...); the helpers
+    it uses itself (skill_rl/text.py, skill_rl/files.py) are imported from their own modules."""
+    loader = PACKAGE / "skills"
+    defined = {p.stem for p in loader.glob("*.py")}
+    for path in loader.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    outside = [Path(train_skill.__file__), *(p for d in (PACKAGE, ROOT / "tests", ROOT / "bench") for p in d.rglob("*.py")
+                                             if loader not in p.parents)]
+    through = [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for path in outside
+               for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("skill_rl.skills") for a in node.names if a.name not in defined]
+    assert not through, through
+
+
 def test_train_tells_a_step_in_at_most_60_lines():
     tree = ast.parse(Path(train_skill.__file__).read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "train")

@@ -100,6 +100,26 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     # a resumed run sees the batches an uninterrupted one would: test_faults.py, the training killed mid-step
 
 
+
+@pytest.mark.slow
+def test_a_run_whose_history_ends_in_a_torn_line_resumes_and_logs_on_from_a_line_of_its_own(tmp_path, policy_server, train):
+    assert train(policy_server, "--steps", "1").returncode == 0
+    history = next((tmp_path / ".art").rglob("history.jsonl"))
+    lines = history.read_bytes().splitlines(keepends=True)
+    torn = lines[-1][: len(lines[-1]) // 2]  # a crash in the middle of ART's write: half a row, no line break
+    history.write_bytes(b"".join(lines[:-1]) + torn)
+    again = train(policy_server, "--steps", "2")
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert "starting at step 1 of 2" in again.stdout
+    where = history.relative_to(tmp_path)
+    assert [line for line in again.stderr.splitlines() if "history.jsonl" in line] == [
+        f"warning: {where}:{len(lines)}: the last line was cut short (a crash?); it is skipped, and the run logs on "
+        "from the next line"]
+    after = history.read_bytes().splitlines()
+    assert after[len(lines) - 1] == torn  # kept as it was, ended by a line break
+    logged = [json.loads(line) for line in after[len(lines):]]  # every row since: a whole line of its own
+    assert any(row["step"] == 2 and "train/reward" in row for row in logged)
+
 @pytest.mark.slow
 def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path, policy_server, train):
     policy_server.always_fail_judge = "500"

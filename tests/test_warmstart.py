@@ -171,6 +171,20 @@ def test_bad_sft_file_lines_are_reported_by_line_and_nothing_runs(capsys, skills
     assert not Path(".art").exists()
 
 
+
+def test_an_sft_file_line_giving_a_key_twice_is_refused_as_tasks_jsonl_refuses_it(capsys, skills, policy):
+    twice = Path("twice.jsonl")
+    twice.write_text(json.dumps({"task_id": "t0", "output": GOOD}) + "\n"
+                     + '{"task_id": "t2", "output": "fix: a", "output": "fix: b"}\n')
+    code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", str(twice), "--steps", "1")
+    assert code == 2 and err == "twice.jsonl:2: field 'output' is given twice\n" and policy.requests == []
+    assert not Path(".art").exists()
+    tasks = skills / "git-commit" / "tasks.jsonl"
+    tasks.write_text(tasks.read_text() + '{"id": "t9", "input": "diff", "id": "t10"}\n')
+    code, out, err = train(capsys, skills, policy, "--steps", "1")
+    n = len(tasks.read_text().splitlines())
+    assert code == 2 and f"tasks.jsonl:{n}: field 'id' is given twice" in err
+
 @pytest.mark.parametrize("flags, message", [
     (["--no-sft", "--sft-from", "references"], "--sft-from and --teacher apply only with --sft"),
     (["--sft", "--sft-from", "teacher"], "--sft-from teacher needs --teacher SPEC"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from skill_rl import flags
 from skill_rl.errors import Exit
-from skill_rl.skills import atomic_write
+from skill_rl.files import atomic_write
 from skill_rl.cpu.weights import TINY_MODEL, quiet_threads
 from skill_rl.cpu.backend import serve_checkpoint
 

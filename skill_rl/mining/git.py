@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from skill_rl.scoring.diffs import Diff, parse_diff
-from skill_rl.skills import display
+from skill_rl.text import display
 
 
 GIT_TIMEOUT = 60.0  # seconds for any one git call

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from skill_rl.keys import redact, secret_in
 from skill_rl.records import refuse_inputs, skill_files
-from skill_rl.skills import Skill, atomic_write, display, parse_task_line, replace_problem
+from skill_rl.skills import Skill, parse_task_line
+from skill_rl.files import atomic_write, replace_problem
+from skill_rl.text import display
 from skill_rl.mining.git import Commit, MiningError, Repo, Skip
 
 

@@ -19,7 +19,8 @@ import re
 from collections import Counter
 from typing import Callable
 
-from skill_rl.skills import Skill, brief, show
+from skill_rl.skills import Skill
+from skill_rl.text import brief, show
 from skill_rl.watchdog import Timeout, Watchdog
 
 PLACEHOLDER = re.compile(r"<([^<>\n|]+(?:\|[^<>\n|]+)+)>")

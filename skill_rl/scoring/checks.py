@@ -1,6 +1,6 @@
 """Checks: the `@check` declaration, and running checks on an output, bounded and validated.
 
-A check is user code (skills/<name>/checks.py) or derived from a SKILL.md (derived.py). Each call is
+A check is user code (skills/<name>/checks.py) or derived from a SKILL.md (derived/). Each call is
 bounded (CHECK_SECONDS, see watchdog.py) and its result validated. A check that raises, times out, or
 returns anything but True/False, a number in [0, 1] or None, is scored as FAILING for that output (False;
 a gate that fails this way zeroes its dimension) and the error is kept beside the results. Never as
@@ -20,7 +20,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Callable
 
-from skill_rl.skills import DIMENSIONS, Skill, Task, brief, display, show
+from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.text import brief, display, show
 from skill_rl.watchdog import Timeout, Watchdog
 
 CheckResult = bool | float | None  # None: not applicable to this task
@@ -193,5 +194,5 @@ def _prepare(outputs: list[str]) -> None:
 
 
 def where(fn: Callable) -> str:
-    """file:line of a check's definition (checks.py, or derived.py for a check derived from SKILL.md)."""
+    """file:line of a check's definition (checks.py, or derived/checks.py for a check derived from SKILL.md)."""
     return f"{display(Path(fn.__code__.co_filename))}:{fn.__code__.co_firstlineno}"

@@ -25,7 +25,7 @@ never pays an answer more than a human answer that passes it earns; calibrated o
 
 Checks live with their skill (skills/<name>/checks.py) and are declared with `@check` (checks.py, which
 also runs them, bounded and validated); more are derived from the SKILL.md's own Output Format and Rules
-(derived.py).
+(derived/).
 
 This module imports nothing heavy: `--check` and `--score --judge none` stay fast.
 """
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from skill_rl.skills import DIMENSIONS, Skill, Task, display
+from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.text import display
 from skill_rl.scoring.checks import (DEFAULT_COVERS, CheckResult, is_estimate, run_checks, run_checks_group, scoring,
                                      where)
 from skill_rl.scoring.derived import derived_checks
@@ -45,7 +46,7 @@ from skill_rl.scoring.derived import derived_checks
 
 def skill_checks(skill: Skill) -> list[Callable]:
     """The skill's checks: those of checks.py in the order it defines them, then those derived from its
-    SKILL.md (skill_rl/scoring/derived.py) whose names no check of checks.py takes: a hand-written check wins."""
+    SKILL.md (skill_rl/scoring/derived/) whose names no check of checks.py takes: a hand-written check wins."""
     own = []
     if skill.checks is not None:
         own = [v for v in vars(skill.checks).values() if callable(v) and getattr(v, "dimension", None) in DIMENSIONS]

@@ -8,12 +8,13 @@ by heading so the judge's rubric can list the procedure's numbered steps.
 Every problem is collected, not just the first, and reported as one line naming the file, the
 line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'train' or 'val', got 'test'`.
 
-    skill.py        Skill, Task, Section; SkillError and the one-line problem
+    skill.py        Skill, Task, Section; SkillError
     frontmatter.py  SKILL.md: frontmatter and body
-    tasks.py        tasks.jsonl
+    tasks.py        tasks.jsonl (through skill_rl/files.py's strict JSONL reader)
     evals.py        evals/evals.json (skill-creator's test cases), as tasks when there is no tasks.jsonl
     usercode.py     checks.py and exploits.py, imported with a time limit
-    files.py        atomic_write: whole files, never through a planted link
+
+How a problem is said (`problem`, `show`, ...) is skill_rl/text.py's; reading and writing files, skill_rl/files.py's.
 """
 
 from __future__ import annotations
@@ -21,18 +22,17 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from skill_rl.skills.files import atomic_write, replace_problem
 from skill_rl.skills.frontmatter import parse_body, parse_frontmatter, read_text, skill_settings, split_frontmatter
-from skill_rl.skills.skill import (BOM, DEFAULT_WEIGHTS, DIMENSIONS, MAX_LINE_CHARS, NAME_RE, Section, Skill, SkillError, Task,
-                                   brief, display, problem, pydantic_problems, read_only, show)
+from skill_rl.skills.skill import (DEFAULT_WEIGHTS, DIMENSIONS, MAX_LINE_CHARS, NAME_RE, Section, Skill, SkillError, Task,
+                                   read_only)
 from skill_rl.skills.evals import EVALS, load_evals
-from skill_rl.skills.tasks import load_tasks, no_duplicate_keys, parse_task_line, read_jsonl
+from skill_rl.skills.tasks import load_tasks, parse_task_line
 from skill_rl.skills.usercode import lint_checks, lint_exploits, load_user_code, marked_exploits
+from skill_rl.text import display, problem
 
-__all__ = ["BOM", "DEFAULT_WEIGHTS", "DIMENSIONS", "MAX_LINE_CHARS", "NAME_RE", "Section", "Skill", "SkillError", "Task",
-           "atomic_write", "brief", "display", "find_skill", "list_skills", "load_skill", "load_tasks", "marked_exploits", "no_duplicate_keys",
-           "parse_task_line", "problem", "pydantic_problems", "read_jsonl", "read_only", "replace_problem", "shipped_skills_dir",
-           "show", "skill_dirs"]
+__all__ = ["DEFAULT_WEIGHTS", "DIMENSIONS", "MAX_LINE_CHARS", "NAME_RE", "Section", "Skill", "SkillError", "Task",
+           "find_skill", "list_skills", "load_skill", "load_tasks", "marked_exploits", "parse_frontmatter",
+           "parse_task_line", "read_only", "read_text", "shipped_skills_dir", "skill_dirs", "split_frontmatter"]
 
 
 def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = True) -> Skill:

@@ -21,8 +21,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from skill_rl.skills.skill import MAX_LINE_CHARS, Task, problem, pydantic_problems, show
-from skill_rl.skills.tasks import no_duplicate_keys
+from skill_rl.files import no_duplicate_keys
+from skill_rl.skills.skill import MAX_LINE_CHARS, Task
+from skill_rl.text import problem, pydantic_problems, show
 
 EVALS = Path("evals") / "evals.json"
 MAX_EVALS_BYTES = 16 * 1024 * 1024  # the evals themselves; their files are bounded one by one and per task

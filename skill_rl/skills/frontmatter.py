@@ -12,7 +12,9 @@ import yaml
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from skill_rl.skills.skill import BOM, DEFAULT_WEIGHTS, DIMENSIONS, NAME_RE, Section, problem, pydantic_problems, show
+from skill_rl.files import BOM
+from skill_rl.skills.skill import DEFAULT_WEIGHTS, DIMENSIONS, NAME_RE, Section
+from skill_rl.text import problem, pydantic_problems, show
 
 
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")

@@ -1,17 +1,18 @@
-"""A skill and its tasks as loaded (Skill, Task, Section), and how a problem with one is said: one line
-naming the file, the line and the field (SkillError, problem, display, brief, show).
+"""A skill and its tasks as loaded (Skill, Task, Section), and SkillError: every problem found with them, each one
+line naming the file, the line and the field (said with skill_rl/text.py's `problem`).
 """
 
 from __future__ import annotations
 
 import re
-import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
+
+from skill_rl.files import MAX_LINE_BYTES
 
 
 DIMENSIONS = ("format", "procedure", "correctness")
@@ -23,10 +24,8 @@ DEFAULT_WEIGHTS = {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
-MAX_LINE_CHARS = 1_000_000  # one task line bigger than this is an error, not a model input
+MAX_LINE_CHARS = MAX_LINE_BYTES  # one task's input (a tasks.jsonl line, or evals.json's prompt with its files)
 
-
-BOM = b"\xef\xbb\xbf"
 
 
 class SkillError(Exception):
@@ -35,36 +34,6 @@ class SkillError(Exception):
     def __init__(self, problems: list[str]):
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-def display(path: Path) -> str:
-    """A path as the user would type it: relative to the working directory when inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def problem(path: Path, line: int | None, msg: str) -> str:
-    return f"{display(path)}:{line}: {msg}" if line else f"{display(path)}: {msg}"
-
-
-_repr = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, maxstring=60, maxother=60)
-
-
-def brief(error: BaseException, limit: int = 200) -> str:
-    """An exception as one bounded line: `ZeroDivisionError: division by zero`."""
-    from skill_rl.keys import redact
-
-    text = " ".join(redact(str(error)).split())
-    text = text if len(text) <= limit else text[: limit - 3] + "..."
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def show(value: Any, limit: int = 40) -> str:
-    """A value as it appears in a message: bounded work and length, whatever its size or shape."""
-    text = repr(value[:limit]) if isinstance(value, str) else _repr.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Task(BaseModel):
@@ -179,20 +148,3 @@ class Skill:
             return keep, None
         return keep, (f"skipping {len(skipped)} task(s) longer than --context-tokens {context_tokens} minus "
                       f"--max-tokens {max_tokens} (estimated at 3 characters a token): {', '.join(t.id for t in skipped)}")
-
-
-def pydantic_problems(path: Path, err: ValidationError, line_of, skip: set[str] = frozenset()) -> list[str]:
-    """One line per error; errors on the top-level fields in `skip` (already reported) are left out."""
-    out = []
-    for e in err.errors():
-        if e["loc"] and str(e["loc"][0]) in skip:
-            continue
-        loc = ".".join(str(p) for p in e["loc"])
-        if e["type"] == "extra_forbidden":
-            msg = f"field '{loc}' is not allowed"
-        elif e["type"] == "missing":
-            msg = f"field '{loc}' is required"
-        else:
-            msg = f"field '{loc}': {e['msg'][0].lower()}{e['msg'][1:]}, got {show(e.get('input'))}"
-        out.append(problem(path, line_of(e["loc"]), msg))
-    return out

@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 from skill_rl.watchdog import Timeout, Watchdog
-from skill_rl.skills.skill import DIMENSIONS, brief, problem
+from skill_rl.skills.skill import DIMENSIONS
+from skill_rl.text import brief, problem
 
 
 IMPORT_SECONDS = 10.0  # a checks.py that takes longer to import is reported, not waited for

@@ -27,6 +27,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from skill_rl import cpu
+from skill_rl.training import history
 from skill_rl.errors import Exit
 
 
@@ -302,22 +303,22 @@ class Kept:
         return self.best[0] if self.best else self.latest
 
 
-def best_step(history: Path, metric: str = "val/reward") -> tuple[int, float] | None:
+def best_step(path: Path, metric: str = "val/reward") -> tuple[int, float] | None:
     """ART's rule (art/model.py:1681-1691): the step whose rows have the highest mean `metric`.
 
     On equal means ART's pick is arbitrary (a polars group_by, then an unstable sort); this takes the
     latest of them, and keep_best_and_latest hands the pick to the backend so that the printed step is kept.
     Step 0 (the base model's validation before a warm start) is no checkpoint, so never the pick."""
-    means = validated(history, metric)
+    means = validated(path, metric)
     return max(means.items(), key=lambda kv: (kv[1], kv[0])) if means else None
 
 
-def validated(history: Path, metric: str = "val/reward") -> dict[int, float]:
+def validated(path: Path, metric: str = "val/reward") -> dict[int, float]:
     """Each validated checkpoint step's mean `metric` (step 0, the base model, left out), as best_step reads them."""
     sums: dict[int, list[float]] = {}
-    for row in _rows(history):
-        if isinstance(row.get(metric), (int, float)) and isinstance(row.get("step"), int) and row["step"] > 0:
-            sums.setdefault(row["step"], []).append(float(row[metric]))
+    for step, value in history.values(history.rows(path), metric):
+        if step > 0:
+            sums.setdefault(step, []).append(value)
     return {step: sum(v) / len(v) for step, v in sums.items()}
 
 
@@ -327,17 +328,11 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()) if folder.is_dir() else []
 
 
-def _rows(history: Path) -> list[dict]:
-    from skill_rl.skills import read_jsonl
-
-    return [row for row in read_jsonl(history) if isinstance(row, dict)]
-
-
 async def keep_best_and_latest(model, latest: int, also: set[int] = frozenset(), metric: str = "val/reward") -> Kept:
     """Delete every checkpoint but the latest step, the best and `also` (the KL anchor's reference, which a resumed
     run needs), before the backend is closed (ART's own order)."""
     where = Path(model._get_output_dir()).resolve()
-    best = best_step(where / "history.jsonl", metric)
+    best = best_step(where / history.NAME, metric)
     keep = sorted(({latest, best[0]} if best else {latest}) | set(also))
     try:  # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)
         await model.backend()._delete_checkpoint_files(model, keep)

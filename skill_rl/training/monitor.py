@@ -27,12 +27,12 @@ constant fields' counts, from the run's history.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skill_rl.training import history
 from skill_rl.training.trajectories import output_of
 
 COLLAPSE = 0.20
@@ -98,15 +98,16 @@ class Monitor:
     constant: dict[str, int] = field(default_factory=dict)  # per field: steps in a row it has been constant
 
     @classmethod
-    def resume(cls, history: Path, read=None) -> Monitor:
+    def resume(cls, path: Path, read=None) -> Monitor:
         """A monitor whose baseline is the earliest monitored training step in a run's history.jsonl, if any, and
         whose constant fields' counts are the last logged step's."""
         monitor = cls(read=read)
-        for line in history.read_text().splitlines() if history.exists() else []:
-            row = json.loads(line)
-            if monitor.first_length is None and f"train/{PREFIX}length" in row:
-                monitor.first_length = row[f"train/{PREFIX}length"]
-            for key, value in row.items():
+        for row in history.rows(path):
+            if monitor.first_length is None:
+                monitor.first_length = history.number(row, f"train/{PREFIX}length")
+            for key in row:
+                if (value := history.number(row, key)) is None:
+                    continue
                 if key.startswith(f"train/{PREFIX}gap/"):
                     monitor.first_gap.setdefault(key.rsplit("/", 1)[1], value)
                 if key.startswith(f"train/{PREFIX}constant/"):

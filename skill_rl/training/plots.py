@@ -11,33 +11,26 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
-import json
 from pathlib import Path
 
 from skill_rl.console import chart_text
-from skill_rl.skills import DIMENSIONS, atomic_write
+from skill_rl.training import history
+from skill_rl.skills import DIMENSIONS
+from skill_rl.files import atomic_write
 
 PLOT_NAME = "rewards.png"
 
 
-def read_history(history: Path) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) series per metric of interest; a line cut short by a crash is skipped."""
-    series: dict[str, list[tuple[int, float]]] = {}
+def read_history(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) series per metric of interest (training/history.py: a line cut short by a crash is skipped)."""
     keys = ("train/reward", *(f"train/{d}" for d in DIMENSIONS), "val/reward")
-    for raw in history.read_text(errors="replace").splitlines() if history.exists() else []:
-        try:
-            row = json.loads(raw)
-        except ValueError:
-            continue
-        for k in keys:
-            if isinstance(row.get(k), (int, float)) and isinstance(row.get("step"), int):
-                series.setdefault(k, []).append((row["step"], float(row[k])))
-    return series
+    logged = history.rows(path)
+    return {k: found for k in keys if (found := history.values(logged, k))}
 
 
 def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     """Write `<run_dir>/rewards.png` (whole or not at all) and return its path; None when there is nothing yet."""
-    series = read_history(Path(run_dir) / "history.jsonl")
+    series = read_history(Path(run_dir) / history.NAME)
     if not series:
         return None
     from matplotlib.figure import Figure  # no pyplot: no global state, no display, Agg to write the PNG

@@ -24,7 +24,7 @@ from skill_rl.evaluate import print_table, summarize
 from skill_rl.runlock import RunLock, Stopper
 from skill_rl.scoring.reward import Scorer
 from skill_rl.skills import DIMENSIONS, Skill, Task
-from skill_rl.training import backends
+from skill_rl.training import backends, history
 from skill_rl.training.anchor import Anchor
 from skill_rl.training.monitor import Monitor
 from skill_rl.training.plots import PLOT_NAME, Plotter
@@ -130,12 +130,13 @@ class Trainer:
         t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
         try:
             t.record_fade()  # before config.yaml: a refused command leaves the run's records as they were
+            history.mend(t.dir / history.NAME)  # a last line cut short by a crash: what ART logs next is read
         except Exit:
             t.lock.release()
             raise
         configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
         await backends.register(t.model, t.backend, t.kind)
-        t.monitor = Monitor.resume(t.dir / "history.jsonl", t.read_categories if categories.reader(skill) else None)
+        t.monitor = Monitor.resume(t.dir / history.NAME, t.read_categories if categories.reader(skill) else None)
         t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
         t.stop = t.stopper.requested
         quiet_failed_rollouts(asyncio.get_running_loop())
@@ -275,9 +276,9 @@ class Trainer:
         if counts:
             print(clean(f"val  {step:>4} | answers: {categories.describe(counts)}"), flush=True)
         if self.s.prune_collapsed and self.monitor.collapsed and step:
-            history = backends.validated(self.dir / "history.jsonl")
-            best = max(history.values(), default=None)
-            worse = {k for k, v in history.items() if best is not None and v < best} - {step} - self.anchor.keep()
+            means = backends.validated(self.dir / history.NAME)
+            best = max(means.values(), default=None)
+            worse = {k for k, v in means.items() if best is not None and v < best} - {step} - self.anchor.keep()
             present = set(backends.checkpoint_steps(self.dir))
             if gone := sorted(worse & present):
                 await self.backend._delete_checkpoint_files(self.model, sorted(present - worse))
@@ -298,7 +299,7 @@ class Trainer:
             if line := cut_warning([t for g in groups for t in g.trajectories], self.s.max_tokens, last_step):
                 print(line)
             if self.fade:
-                print_arms(self.skill, arms(self.dir / "history.jsonl", last_step), last_step)
+                print_arms(self.skill, arms(self.dir / history.NAME, last_step), last_step)
         print("\n" + "\n".join(backends.ending_lines(self.kind, self.s, self.model.name, kept)))
         if self.fade:
             print("\n".join(prompts.serve_lines(self.skill, self.fade.without)))
@@ -328,18 +329,12 @@ def cut_warning(trajectories, max_tokens: int, step: int) -> str | None:
 ARM_KEYS = ("format", "procedure", "correctness", "reward", "prompt_tokens")
 
 
-def arms(history: Path, last_step: int) -> list[dict]:
+def arms(path: Path, last_step: int) -> list[dict]:
     """--internalize's validation arms from the run's history (so a resumed run has its step 0 too): the base
     model (step 0) and the model at `last_step`, each with and without SKILL.md; an arm not validated is left out."""
-    import json
-
     rows: dict[int, dict] = {}
-    for line in history.read_text().splitlines() if history.exists() else []:
-        try:
-            h = json.loads(line)
-        except ValueError:  # a line cut short by a crash
-            continue
-        if "val/reward" in h and h.get("step") in (0, last_step):
+    for h in history.rows(path):
+        if "val/reward" in h and h["step"] in (0, last_step):
             rows[h["step"]] = h
     out = []
     for step, who in [(0, "base model")] + ([(last_step, f"trained @{last_step}")] if last_step else []):

@@ -36,15 +36,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from skill_rl import prompts
 from skill_rl.errors import Exit
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec
+from skill_rl.training import history
 from skill_rl.keys import MASK, redact
-from skill_rl.skills import MAX_LINE_CHARS, Skill, SkillError, Task, problem, pydantic_problems, atomic_write, display, show
+from skill_rl.skills import Skill, SkillError, Task
+from skill_rl.files import atomic_write, read_objects
+from skill_rl.text import display, problem, pydantic_problems, show
 
 STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
 EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder
 DEFAULT_MIN_REWARD = 0.8
 DEFAULT_LEARNING_RATE = 5e-5  # art.types.TrainSFTConfig.learning_rate in ART 0.5.23
 SOURCES = ("references", "teacher")
-MAX_FILE_BYTES = 256 * 2**20  # an --sft-from file: thousands of examples fit in far less
 SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
 
 
@@ -66,47 +68,11 @@ class Example(BaseModel):
     judged: bool | None = None
 
 
-def _lines(path: Path, problems: list[str]):
-    """(line number, bytes) of a file read line by line, at most MAX_LINE_CHARS a line and MAX_FILE_BYTES in
-    all: a longer line is one problem and is skipped; past the file's bound nothing more is read (/dev/zero)."""
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        problems.append(problem(path, None, f"cannot read file: {e.strerror}"))
-        return
-    with f:
-        total, n, too_long = 0, 0, False
-        while total <= MAX_FILE_BYTES:
-            raw = f.readline(MAX_LINE_CHARS + 1)
-            if not raw:
-                return
-            total += len(raw)
-            if too_long:  # the rest of a line already reported
-                too_long = not raw.endswith(b"\n")
-                continue
-            n += 1
-            if len(raw.rstrip(b"\r\n")) > MAX_LINE_CHARS:
-                problems.append(problem(path, n, f"line is longer than {MAX_LINE_CHARS:,} bytes"))
-                too_long = not raw.endswith(b"\n")
-                continue
-            yield n, raw.removeprefix(b"\xef\xbb\xbf") if n == 1 else raw
-        problems.append(problem(path, n, f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
-
-
 def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example]:
-    """Every valid line of an SFT file; one message per bad line in `problems`."""
+    """Every valid line of an SFT file (skill_rl/files.py's strict JSONL reader); one message per bad line in
+    `problems`."""
     out, by_id = [], {t.id: t for t in skill.tasks}
-    for n, raw in _lines(path, problems):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError) as e:
-            problems.append(problem(path, n, f"invalid JSON: {getattr(e, 'msg', None) or e}"))
-            continue
-        if not isinstance(obj, dict):
-            problems.append(problem(path, n, f"each line must be a JSON object with task_id and output, got {type(obj).__name__}"))
-            continue
+    for n, obj in read_objects(path, problems, " with task_id and output"):
         try:
             ex = Example.model_validate(obj)
         except ValidationError as e:
@@ -293,9 +259,8 @@ def _trajectories(skill: Skill, records: list[dict], without: str | None = None)
 
 def _logged(model, step: int) -> dict:
     """What ART logged for the SFT checkpoint at `step` (train split; none when the backend logs remotely)."""
-    history = Path(model._get_output_dir()) / "history.jsonl"
-    rows = [json.loads(line) for line in history.read_text().splitlines()] if history.exists() else []
-    return next((r for r in reversed(rows) if r.get("step") == step and "data/step_num_gradient_steps" in r), {})
+    rows = history.rows(Path(model._get_output_dir()) / history.NAME)
+    return next((r for r in reversed(rows) if r["step"] == step and "data/step_num_gradient_steps" in r), {})
 
 
 def _fmt(x) -> str:
