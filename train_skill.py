@@ -31,7 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-from skill_rl import cli, config, evaluate, export, keys, mining, progress, score, settings
+from skill_rl import export, keys, mining, progress, settings
+from skill_rl.commands import cli
+from skill_rl.commands import config
+from skill_rl.commands import evaluate
+from skill_rl.commands import score
 from skill_rl.training import anchor, backends, warmstart
 from skill_rl.errors import Exit
 from skill_rl.scoring import audit
@@ -42,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def parse_args(argv=None) -> Settings:
-    """The command line as typed settings (skill_rl/settings.py declares every flag); exit 2 on a bad one."""
+    """The command line as typed settings (skill_rl/settings/__init__.py declares every flag); exit 2 on a bad one."""
     return settings.parse(argv, description=__doc__.split("\n\n")[0])
 
 
@@ -106,7 +110,7 @@ async def train(run: config.Run, skill) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from skill_rl.env import load_env, loopback_without_proxy
+    from skill_rl.settings.env import load_env, loopback_without_proxy
 
     try:
         load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win

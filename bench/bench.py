@@ -93,7 +93,7 @@ def phase_timers(buckets: list[dict], plots: list[float]):
     import skill_rl.scoring.reward
     import skill_rl.training.rollout
     import skill_rl.training.steps
-    from skill_rl.dryrun import DryRunBackend
+    from skill_rl.training.dryrun import DryRunBackend
     from skill_rl.training.monitor import Monitor
 
     def timed(phase, fn):  # into the bucket open when the call started (the plot is drawn in a thread, later)
@@ -157,7 +157,7 @@ def ours_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: 
     import train_skill
 
     args = train_skill.parse_args([
-        "--skill", skill.name, "--backend", "skill_rl.dryrun:DryRunBackend", "--steps", str(steps),
+        "--skill", skill.name, "--backend", "skill_rl.training.dryrun:DryRunBackend", "--steps", str(steps),
         "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", str(max(1, steps // 2)),
         "--limit", str(groups), "--judge-base-url", url, "--judge-api-key", "bench", "--run-name", run_name])
     setup = config.resolve(args, skill)  # what main() does: every setting once (no warm start with this backend)
@@ -186,7 +186,7 @@ async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run
     import art
     from art.rewards import ruler_score_group
 
-    from skill_rl.dryrun import DryRunBackend  # the stand-in for the GPU's train call, the same on both sides
+    from skill_rl.training.dryrun import DryRunBackend  # the stand-in for the GPU's train call, the same on both sides
 
     backend = DryRunBackend()
     model = art.TrainableModel(name="bare", run_name=run_name, project="bench", base_model="x", base_path=str(workdir / ".art"))

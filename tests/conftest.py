@@ -35,7 +35,7 @@ TEMPLATE = "the --init template"  # a parameter beside the shipped skills' names
 
 def init_template(where: Path, name: str = "my-skill") -> Path:
     """A skill folder written by --init from the template, as a user gets it."""
-    from skill_rl.cli import init_skill
+    from skill_rl.commands.cli import init_skill
 
     init_skill(where, name)
     return where / name

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import main_in_process, small_git_commit
-from skill_rl import config
+from skill_rl.commands import config
 from skill_rl.errors import Exit
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import anchor
@@ -61,7 +61,7 @@ def test_kl_coef_reaches_arts_train_a_resumed_run_keeps_its_reference_and_cleanu
     skills = small_git_commit(tmp_path, train=4, val=1)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-    run = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none",
+    run = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "none",
            "--format-only-reward", "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100")
     assert main_in_process(capfd, *run, "--steps", "1").returncode == 0  # no anchor: nothing passed
     anchored = main_in_process(capfd, *run, "--steps", "3", "--kl-coef", "0.2", "--kl-ref-step", "1")

@@ -67,7 +67,7 @@ def test_a_full_disk_on_the_score_resume_rewrite_is_one_line_and_keeps_the_file(
     out = tmp_path / "out.jsonl"
     assert run("--skill", "git-commit", "--score", src, "--judge", "none", "--out", out)[0] == 0
     before = out.read_text()
-    monkeypatch.setattr("skill_rl.score.atomic_write", full_disk)
+    monkeypatch.setattr("skill_rl.commands.score.atomic_write", full_disk)
     code, _, stderr = run("--skill", "git-commit", "--score", src, "--judge", "none", "--out", out, "--resume")
     assert (code, "Traceback" not in stderr) == (1, True), stderr
     assert [line for line in stderr.splitlines() if line.startswith("error:")] == [
@@ -89,7 +89,7 @@ def test_a_full_disk_for_the_reward_plot_is_a_warning_and_the_run_goes_on(tmp_pa
     skills = small_git_commit(tmp_path, train=4, val=1)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(Figure, "savefig", full_disk)
-    code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+    code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                                "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2")
     assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
     assert "warning: cannot write rewards.png: No space left on device" in stderr and "step    1 | reward" in stdout
@@ -103,7 +103,7 @@ def test_a_full_disk_for_warmstart_jsonl_is_one_line(tmp_path, monkeypatch, poli
     path.write_text("".join(json.dumps({**t, "reference": "fix(app): raise the limit"}) + "\n" for t in tasks))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("skill_rl.training.warmstart.atomic_write", full_disk)
-    code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+    code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                                "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2",
                                "--sft", "--eval-every", "100")
     assert code == 1 and "Traceback" not in stderr, stderr[-2000:]

@@ -150,7 +150,7 @@ def test_training_refuses_to_start_while_a_family_wins_until_accepted(tmp_path, 
     monkeypatch.chdir(tmp_path)
     with FakeOpenAI(policy_fn=lambda request: "Copper sky herons", judge_fn=always_ten) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        train = ("--skills-dir", skills, "--skill", "poem-title", "--backend", "skill_rl.dryrun:DryRunBackend",
+        train = ("--skills-dir", skills, "--skill", "poem-title", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                  "--judge-base-url", server.url, "--judge-api-key", "sk-test", "--steps", "1", "--groups-per-step", "2",
                  "--rollouts-per-group", "2", "--eval-every", "1")
         refused = main_in_process(capfd, *train)

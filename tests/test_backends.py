@@ -13,7 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from conftest import small_git_commit
-from skill_rl import config
+from skill_rl.commands import config
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import backends
 from skill_rl.errors import Exit
@@ -167,7 +167,7 @@ def dry_model(tmp_path, run_name):
 def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, server, monkeypatch):
     import art
 
-    from skill_rl.dryrun import DryRunBackend
+    from skill_rl.training.dryrun import DryRunBackend
 
     monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
 
@@ -195,7 +195,7 @@ def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, serve
 
 
 def test_the_dry_run_cannot_be_used_after_close(tmp_path):
-    from skill_rl.dryrun import DryRunBackend
+    from skill_rl.training.dryrun import DryRunBackend
 
     async def go():
         backend, model = DryRunBackend(), dry_model(tmp_path, "closed")
@@ -213,7 +213,7 @@ def test_the_dry_run_cannot_be_used_after_close(tmp_path):
 
 async def _trained(tmp_path, run_name, val):
     """A dry-run model at step max(val) with val/reward logged through ART, several rows per step allowed."""
-    from skill_rl.dryrun import DryRunBackend
+    from skill_rl.training.dryrun import DryRunBackend
 
     backend, model = DryRunBackend(), dry_model(tmp_path, run_name)
     await model.register(backend)

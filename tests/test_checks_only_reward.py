@@ -39,7 +39,7 @@ def skills_with(tmp_path: Path, name: str, strip_expect: bool = False) -> Path:
     return tmp_path / "skills"
 
 
-TRAIN = ("--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--sft", "--sft-from", "no-such-file.jsonl")
+TRAIN = ("--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "none", "--sft", "--sft-from", "no-such-file.jsonl")
 
 
 @pytest.mark.parametrize("name,strip", [("release-notes", False), ("git-commit", True)],

@@ -9,16 +9,18 @@ import pytest
 
 import train_skill
 from conftest import small_git_commit
-from skill_rl import config, configfile, keys
+from skill_rl import keys
+from skill_rl.commands import config
+from skill_rl.settings import configfile
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 
-DRYRUN = "skill_rl.dryrun:DryRunBackend"
+DRYRUN = "skill_rl.training.dryrun:DryRunBackend"
 FLAGS = ["--skill", "git-commit", "--backend", DRYRUN, "--judge", "none", "--steps", "2", "--groups-per-step", "2",
          "--rollouts-per-group", "3", "--learning-rate", "2e-5", "--eval-every", "5", "--seed", "7",
          "--model", "a", "--model", "b=m@http://127.0.0.1:9/v1"]
 FILE = """\
 skill: git-commit
-backend: skill_rl.dryrun:DryRunBackend
+backend: skill_rl.training.dryrun:DryRunBackend
 judge: none
 steps: 2
 groups-per-step: 2          # the dashed form works too

@@ -145,7 +145,7 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
 def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_with_the_runs_settings(tmp_path, monkeypatch,
                                                                                                        capsys):
     import train_skill
-    from skill_rl.cpu.evaluation import PLACE
+    from skill_rl.commands.cpu_evaluation import PLACE
 
     skills = shout_skill(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -262,7 +262,7 @@ def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradi
 
 def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tmp_path):
     import train_skill
-    from skill_rl import config
+    from skill_rl.commands import config
     from skill_rl.skills import load_skill
 
     with_refs = load_skill(shout_skill(tmp_path / "a") / "shout")

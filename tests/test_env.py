@@ -9,7 +9,7 @@ import pytest
 
 from openai_server import FakeOpenAI
 from skill_rl import mining
-from skill_rl.env import load_env
+from skill_rl.settings.env import load_env
 from test_mining import Scripted, run
 
 PROCESS_LEVEL = {"LD_PRELOAD": "/tmp/evil.so", "LD_LIBRARY_PATH": "/tmp", "PYTHONPATH": "/tmp/evil",
@@ -124,7 +124,7 @@ def test_the_cpu_backend_trains_behind_a_proxy(tmp_path, monkeypatch, behind_a_d
 def test_every_variable_in_env_example_is_one_a_dotenv_may_set():
     from pathlib import Path
 
-    from skill_rl.env import ENV_NAMES, PROCESS_LEVEL as REFUSED
+    from skill_rl.settings.env import ENV_NAMES, PROCESS_LEVEL as REFUSED
 
     names = [line.split("=", 1)[0] for line in (Path(__file__).parent.parent / ".env.example").read_text().splitlines()
              if line and not line.startswith("#")]

@@ -45,7 +45,7 @@ def test_training_with_a_judge_key_missing_stops_before_the_model_is_registered(
     for var in (*JUDGE_VARS, "ANTHROPIC_API_KEY"):
         monkeypatch.setenv(var, "")
     monkeypatch.chdir(tmp_path)
-    code = main(["--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+    code = main(["--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                  "--judge-model", "anthropic/claude-3-5-haiku-latest"])
     assert code == 2 and "ANTHROPIC_API_KEY" in capsys.readouterr().err
     assert not (tmp_path / ".art").exists()  # no run was started, so none trains on checks only

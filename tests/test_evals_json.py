@@ -110,7 +110,7 @@ def test_it_trains_on_the_stand_in_backend(skills, tmp_path, monkeypatch, capsys
         monkeypatch.chdir(tmp_path)
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
         monkeypatch.delenv("WANDB_API_KEY", raising=False)
-        code = main(["--skills-dir", str(skills), "--skill", "meeting-notes", "--backend", "skill_rl.dryrun:DryRunBackend",
+        code = main(["--skills-dir", str(skills), "--skill", "meeting-notes", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                      "--judge-base-url", server.url, "--judge-api-key", "sk-test", "--steps", "1", "--groups-per-step", "2",
                      "--rollouts-per-group", "3", "--quiet"])
         assert code == 0, capsys.readouterr()

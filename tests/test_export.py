@@ -230,7 +230,7 @@ def no_merge(monkeypatch):
 
 def eval_folder(where: Path, skill_name: str = "git-commit", judge: str | None = "openai/gpt-4.1-mini") -> Path:
     """An --eval --out folder as evaluate.write_results leaves it: base and trained rows, a judge, a chart."""
-    from skill_rl import evaluate
+    from skill_rl.commands import evaluate
     from skill_rl.scoring.reward import Judge
 
     def row(label, fmt, overall):
@@ -425,7 +425,7 @@ def test_push_to_hub_without_a_token_is_one_line_before_any_export_work(in_tmp, 
 def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, capsys, monkeypatch, no_merge):
     import huggingface_hub
 
-    from skill_rl import env
+    from skill_rl.settings import env
 
     calls = []
 
@@ -459,7 +459,7 @@ def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_
     import huggingface_hub
     from huggingface_hub import constants
 
-    from skill_rl import env
+    from skill_rl.settings import env
 
     token = "hf_" + "Wm4Kx8Rt2Pq6Zs9Lb3Nv7Jd"
 
@@ -649,7 +649,7 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     ("Qwen2ForCausalLM", {"model": {"type": "BPE"}}, None),
 ])
 def test_gguf_export_takes_the_cpu_backends_architectures_with_a_bpe_tokenizer(tmp_path, architecture, tokenizer, why):
-    from skill_rl import gguf_export
+    from skill_rl.export import gguf_export
 
     (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture]}))
     if tokenizer is not None:

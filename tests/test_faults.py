@@ -105,7 +105,7 @@ def test_eval_under_a_policy_fault(tmp_path, capsys, fault):
 
 def train_cmd(skills, server, *extra):
     return [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
-            "--backend", "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, *FAST_JUDGE,
+            "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge-base-url", server.url, *FAST_JUDGE,
             "--groups-per-step", "2", "--rollouts-per-group", "4", "--eval-every", "100", "--request-timeout", "10", *extra]
 
 

@@ -37,10 +37,10 @@ def test_the_chance_of_the_skill_falls_linearly_to_zero_for_the_last_floor_share
 @pytest.mark.parametrize("flags,floor", [(["--sft"], 1.0), (["--no-sft"], 0.3), (["--sft", "--internalize-floor", "0.5"], 0.5)])
 def test_after_a_warm_start_no_rl_prompt_carries_the_skill_unless_the_floor_is_given(flags, floor):
     import train_skill
-    from skill_rl import config
+    from skill_rl.commands import config
     from skill_rl.skills import find_skill, skill_dirs
 
-    args = train_skill.parse_args(["--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none",
+    args = train_skill.parse_args(["--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "none",
                                    "--internalize", *flags])
     settings = config.resolve(args, load_skill(find_skill(skill_dirs(None), "git-commit"))).settings
     assert settings.internalize_floor == floor
@@ -102,7 +102,7 @@ def test_an_internalized_run_fades_the_skill_from_the_policy_but_never_from_the_
     monkeypatch.chdir(tmp_path)
     with FakeOpenAI(policy_fn=policy) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        command = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+        command = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                    "--judge-base-url", server.url, "--judge-api-key", "k", "--steps", "4", "--groups-per-step", "4",
                    "--rollouts-per-group", "2", "--eval-every", "2", "--seed", "3", "--internalize",
                    "--internalize-floor", "0.25")
@@ -156,7 +156,7 @@ def test_without_internalize_every_prompt_carries_the_skill_as_before(tmp_path, 
     monkeypatch.chdir(tmp_path)
     with FakeOpenAI(policy_fn=lambda r: GOOD) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+        code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                                    "--judge", "none", "--steps", "2", "--groups-per-step", "2", "--rollouts-per-group", "2")
     assert code == 0, stderr[-2000:]
     inputs = {t.input for t in skill.tasks}
@@ -205,7 +205,7 @@ def test_prompt_tokens_are_estimated_and_marked_so_when_the_server_reports_no_us
     from types import SimpleNamespace
 
     from skill_rl.endpoints import Endpoint, generate
-    from skill_rl.evaluate import _tokens
+    from skill_rl.commands.evaluate import _tokens
     from skill_rl.prompts import estimated_tokens
 
     skill = load_skill(small_git_commit(tmp_path, train=1, val=0) / "git-commit")
@@ -234,7 +234,7 @@ def test_the_internalize_flags_where_they_do_not_apply_exit_2_in_one_line(tmp_pa
 
 
 def test_an_export_of_an_internalized_run_says_so_and_hands_on_the_prompt_it_was_trained_to_need(tmp_path):
-    from skill_rl.card import _trained_under
+    from skill_rl.export.card import _trained_under
     from skill_rl.export import modelfile
     from skill_rl.prompts import STATE_KEY, internalized
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import train_skill
-from skill_rl import config
+from skill_rl.commands import config
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "skill_rl"
@@ -72,7 +72,7 @@ def test_no_module_imports_one_that_imports_it_back(graph):
 
 
 def test_only_the_command_line_entry_imports_the_cli_module(graph):
-    assert [m for m, deps in graph.items() if "skill_rl.cli" in deps] == []
+    assert [m for m, deps in graph.items() if "skill_rl.commands.cli" in deps] == []
 
 
 def test_scoring_and_the_skill_loader_import_nothing_of_training_or_the_cpu_backend(graph):

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from skill_rl import config, env
+from skill_rl.commands import config
+from skill_rl.settings import env
 from skill_rl.errors import Exit
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import backends
@@ -75,7 +76,7 @@ def test_a_local_run_without_hf_home_caches_under_the_users_cache_and_says_so(no
 
 def test_hf_home_given_or_a_backend_that_is_not_local_is_left_alone(no_hf_home, monkeypatch):
     monkeypatch.setattr(backends, "has_gpu", lambda: False)
-    for backend in ("cpu", "serverless", "tinker", "auto", "skill_rl.dryrun:DryRunBackend"):
+    for backend in ("cpu", "serverless", "tinker", "auto", "skill_rl.training.dryrun:DryRunBackend"):
         assert config.model_cache(backend) is None and "HF_HOME" not in os.environ
     monkeypatch.setenv("HF_HOME", str(no_hf_home / "mine"))
     assert config.model_cache("local") is None and os.environ["HF_HOME"] == str(no_hf_home / "mine")

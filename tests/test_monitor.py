@@ -77,7 +77,7 @@ def test_a_policy_that_starts_answering_one_constant_message_is_flagged(tmp_path
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
         monkeypatch.delenv("WANDB_API_KEY", raising=False)
         code = train_skill.main([
-            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
             "--judge-base-url", server.url, "--judge-api-key", "sk-test", "--steps", "2", "--groups-per-step", "2",
             "--rollouts-per-group", "2", "--eval-every", "100"])
     out = capsys.readouterr().out
@@ -136,7 +136,7 @@ def test_a_run_whose_answers_collapse_to_one_type_says_so_and_prunes_worse_check
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
         monkeypatch.delenv("WANDB_API_KEY", raising=False)
         code = train_skill.main([
-            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
             "--judge-base-url", server.url, "--judge-api-key", "sk-test", "--steps", "3", "--groups-per-step", "2",
             "--rollouts-per-group", "2", "--eval-every", "1", "--prune-collapsed"])
     out = capsys.readouterr().out

@@ -102,7 +102,7 @@ def test_eval_refuses_an_out_that_is_a_file_or_lies_under_one(tmp_path, capsys):
 @pytest.mark.parametrize("value", ["../escape", "a/b", "..", ".", "", "a\\b", "x\ny"])
 def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monkeypatch, flag, value):
     monkeypatch.chdir(tmp_path)
-    code, err = run(capsys, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", flag, value)
+    code, err = run(capsys, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "none", flag, value)
     assert code == 2 and len(err) == 1 and flag in err[0], err
     assert not (tmp_path / ".art").exists()
 

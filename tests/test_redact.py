@@ -64,7 +64,7 @@ def test_training_logs_and_prints_no_key_the_policy_or_judge_echoes(tmp_path):
                "JUDGE_API_KEY": KEY}
         env.pop("WANDB_API_KEY", None)
         cmd = [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
-               "--backend", "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-attempts", "1",
+               "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-attempts", "1",
                "--groups-per-step", "2", "--rollouts-per-group", "4", "--eval-every", "100", "--steps", "2",
                "--max-exceptions", "0.5"]
         server.always_fail_judge = "echo"  # every judge answer quotes the key

@@ -19,7 +19,7 @@ ANSWER = "fix(app): raise the limit to a sane value\n\n" + "The old limit droppe
 
 def train_cmd(skills: Path, server, *extra) -> list[str]:
     return [sys.executable, str(ROOT / "train_skill.py"), "--skills-dir", str(skills), "--skill", "git-commit",
-            "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "none", "--groups-per-step", "2",
+            "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "none", "--groups-per-step", "2",
             "--rollouts-per-group", "2", "--eval-every", "100", *extra]
 
 

@@ -1,4 +1,4 @@
-"""skill_rl/settings.py: the one declaration of every flag. The parser it generates lists exactly its fields, the
+"""skill_rl/settings/__init__.py: the one declaration of every flag. The parser it generates lists exactly its fields, the
 defaults its help texts state are its own, docs/cli.md's tables are what it prints and say what `--help` says,
 and config.command and train_skill.COMMANDS pick and run every command from resolved settings."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import train_skill
-from skill_rl import config, cpu, settings
+from skill_rl import cpu, settings
+from skill_rl.commands import config
 from skill_rl.settings import PRESETS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,7 +28,7 @@ def test_a_training_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     with FakeOpenAI(policy_fn=policy) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        command = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+        command = ("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                    "--judge", "none", "--steps", "5", "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100")
         got, stdout, stderr = run(*command)
         assert got == code, stderr[-2000:]

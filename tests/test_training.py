@@ -1,5 +1,5 @@
 """The whole training loop, offline: real ART objects, a real local HTTP server for the policy and the
-judge, and the CPU stand-in backend (skill_rl.dryrun) passed as --backend MODULE:CLASS."""
+judge, and the CPU stand-in backend (skill_rl.training.dryrun) passed as --backend MODULE:CLASS."""
 
 import itertools
 import json
@@ -38,7 +38,7 @@ def train(tmp_path, skills_dir, monkeypatch, capfd):
     def run(server, *extra):
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
         return main_in_process(capfd, "--skills-dir", skills_dir, "--skill", "git-commit", "--backend",
-                               "skill_rl.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-api-key",
+                               "skill_rl.training.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-api-key",
                                "sk-test-planted-key", "--judge-timeout", "2", "--groups-per-step", "2",
                                "--rollouts-per-group", "3", "--eval-every", "2", *extra)
     return run
@@ -191,7 +191,7 @@ def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_impor
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", policy_server.url)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    assert train_skill.main(["--skills-dir", str(skills_dir), "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+    assert train_skill.main(["--skills-dir", str(skills_dir), "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                              "--judge-base-url", policy_server.url, "--judge-api-key", "sk-test", "--steps", "2",
                              "--groups-per-step", "2", "--rollouts-per-group", "8", "--eval-every", "100"]) == 0, capsys.readouterr()
     rollouts = 2 * 2 * 8 + 2 * 8  # two steps, then the validation of the 2 val tasks

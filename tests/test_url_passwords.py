@@ -5,7 +5,10 @@ for a refused endpoint, however short it is."""
 import pytest
 
 import train_skill
-from skill_rl import cli, config, configfile, keys
+from skill_rl import keys
+from skill_rl.commands import cli
+from skill_rl.commands import config
+from skill_rl.settings import configfile
 
 PASSWORD = "PW"  # two letters: shorter than any key the environment is searched for, masked all the same
 URLS = {"--judge-base-url": f"http://judge:{PASSWORD}@127.0.0.1:9/v1", "--base-url": f"https://me:{PASSWORD}@example.com/v1",
@@ -28,7 +31,7 @@ def test_redact_masks_the_password_of_every_url(text, expected):
 
 
 def test_the_start_up_configuration_and_config_yaml_mask_every_urls_password(tmp_path, capsys):
-    argv = ["--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend", "--judge", "ruler", "--sft",
+    argv = ["--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "ruler", "--sft",
             "--sft-from", "teacher", *[x for flag, url in URLS.items() for x in (flag, url)]]
     args = train_skill.parse_args(argv)
     with keys.redacted_output():

@@ -322,7 +322,7 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path, monk
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        run = main_in_process(capfd, "--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+        run = main_in_process(capfd, "--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                               "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2",
                               "--eval-every", "100")
     assert run.returncode == 1, run.stderr[-2000:]

@@ -40,7 +40,7 @@ def policy(monkeypatch):
 
 
 def train(capsys, skills, policy, *extra):
-    code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.dryrun:DryRunBackend",
+    code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
                  "--judge-base-url", policy.url, "--judge-api-key", "sk-test", "--judge-timeout", "2",
                  "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100",
                  "--audit-tasks", "0",  # the test server's judge prefers length: the audit would refuse (test_audit.py)

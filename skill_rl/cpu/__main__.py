@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from skill_rl import flags
+from skill_rl.settings import flags
 from skill_rl.errors import Exit
 from skill_rl.files import atomic_write
 from skill_rl.cpu.weights import TINY_MODEL, quiet_threads

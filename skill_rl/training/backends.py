@@ -132,7 +132,7 @@ def offline_runtime_problem() -> str | None:
     (from PyPI, download.pytorch.org and GitHub: art/vllm_runtime.py, _install_managed_runtime), which fails
     minutes in on a machine that reaches none of them. None when the runtime is prepared (what `art runtime
     status` reports), given (ART_VLLM_RUNTIME_BIN), or PyPI answers within 3 s."""
-    from skill_rl.env import reachable
+    from skill_rl.settings.env import reachable
 
     if os.environ.get("ART_VLLM_RUNTIME_BIN") or _vllm_runtime_ready() or reachable(PACKAGE_INDEX):
         return None

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import art
 
-from skill_rl import configfile, keys, progress, prompts
-from skill_rl.config import Run
+from skill_rl import keys, progress, prompts
+from skill_rl.settings import configfile
+from skill_rl.commands.config import Run
 from skill_rl.errors import Exit
-from skill_rl.evaluate import print_table, summarize
-from skill_rl.runlock import RunLock, Stopper
+from skill_rl.commands.evaluate import print_table, summarize
+from skill_rl.training.runlock import RunLock, Stopper
 from skill_rl.scoring.reward import Scorer
 from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.training import backends, history

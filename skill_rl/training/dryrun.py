@@ -1,4 +1,4 @@
-"""A CPU stand-in for an ART training backend: `--backend skill_rl.dryrun:DryRunBackend`.
+"""A CPU stand-in for an ART training backend: `--backend skill_rl.training.dryrun:DryRunBackend`.
 
 It implements the members of `art.Backend` that the training loop touches. Inference goes to any
 OpenAI-compatible server (`SKILL_RL_POLICY_BASE_URL`, `SKILL_RL_POLICY_API_KEY`), and `train` and

@@ -21,7 +21,7 @@ from skill_rl.scoring import repeats
 from skill_rl.progress import bar
 from skill_rl.records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from skill_rl.scoring.reward import Judge, Scorer
-from skill_rl.runlock import interrupted_as
+from skill_rl.training.runlock import interrupted_as
 from skill_rl.skills import Skill, Task
 from skill_rl.files import atomic_write, read_objects, read_records
 from skill_rl.text import display, problem, show

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from skill_rl import contract
+from skill_rl.scoring import contract
 from skill_rl.console import literal
 from skill_rl.scoring.checks import is_estimate
 from skill_rl.scoring.derived import derive
@@ -21,7 +21,7 @@ from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, list_
                              shipped_skills_dir, skill_dirs)
 from skill_rl.text import display, show
 
-TEMPLATE = Path(__file__).parent / "template"
+TEMPLATE = Path(__file__).parent.parent / "template"
 TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")  # what --init writes
 
 
@@ -130,7 +130,7 @@ def print_check(skill: Skill) -> int:
 
 
 def print_contract(console: Console, skill: Skill) -> None:
-    """Which exploit families the skill's checks pay (skill_rl/contract.py), and what to add: information, never a
+    """Which exploit families the skill's checks pay (skill_rl/scoring/contract.py), and what to add: information, never a
     failure, since the contract binds the shipped skills (their tests), not a user's."""
     found = contract.measure(skill)
     against = (f"against the references, on {found.tasks} of the {found.of} tasks with one" if found.with_references

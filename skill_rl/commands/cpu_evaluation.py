@@ -5,7 +5,7 @@ by `--checkpoint` (default best, as `--export` picks it). The arms are `trained`
 `base` (the adapter off), each with SKILL.md and, with `--baseline`, without it. Each arm's prompts are decoded as
 training decodes its rollouts (Policy.generate_many: several prompts in one batch, each prefix computed once), in
 batches of GEN_BATCH rows, the tasks sorted by prompt length so that a batch pads little. The answers then go to
-skill_rl.evaluate as an endpoint's answers would: scored, judged, tabled and written the same way.
+skill_rl.commands.evaluate as an endpoint's answers would: scored, judged, tabled and written the same way.
 
 Generation settings are the run's own (its config.yaml: `max_tokens`, `temperature` when the run set one,
 `context_tokens`) unless given on the command line: a 135M model asked for --eval's default 1,024 tokens loops

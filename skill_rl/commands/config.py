@@ -1,6 +1,6 @@
 """A run's settings, resolved once: flags, per-backend presets, the backend, base model, run name and judge.
 
-`resolve` is the one function that turns the parsed flags (a frozen `Settings`, skill_rl/settings.py) and
+`resolve` is the one function that turns the parsed flags (a frozen `Settings`, skill_rl/settings/__init__.py) and
 the environment into what a command runs with, for every command (`command` names the one the flags pick);
 every later function reads the `Run` it returns. Each step returns a changed copy (`dataclasses.replace`),
 so the parsed flags stay as parsed. The order of a training run's steps is the order problems are reported
@@ -155,10 +155,10 @@ def export_run(s: Settings, skill: Skill) -> Settings:
 
 def cpu_eval_run(s: Settings, skill: Skill) -> tuple[Settings, tuple[Path, str]]:
     """--eval --backend cpu without --model: the CPU run named as training names it, its checkpoint (--checkpoint,
-    default best) evaluated in this process against its base model (skill_rl/cpu/evaluation.py), with the run's own
+    default best) evaluated in this process against its base model (skill_rl/commands/cpu_evaluation.py), with the run's own
     generation settings (max tokens, temperature, context) where the command line gives none. Returns the settings
     and (the checkpoint's folder, why it is the one)."""
-    from skill_rl.cpu import evaluation
+    from skill_rl.commands import cpu_evaluation as evaluation
     from skill_rl.cpu.weights import TINY_MODEL
 
     s = replace(s, run_name=s.run_name or run_name(skill, s.base_model or TINY_MODEL))
@@ -214,7 +214,7 @@ def default_judge(s: Settings, kind: str | None) -> Settings:
 
 def judge(s: Settings) -> Judge | None:
     """The RULER judge from the settings and the environment (the one place its endpoint and key are read)."""
-    from skill_rl.env import judge_env_problem
+    from skill_rl.settings.env import judge_env_problem
     from skill_rl.scoring.cache import default_path
     from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
 

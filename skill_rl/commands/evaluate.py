@@ -31,7 +31,7 @@ from skill_rl.keys import redact
 from skill_rl.progress import bar, phase
 from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill_files
 from skill_rl.scoring.reward import Judge, Scorer
-from skill_rl.runlock import interrupted_as
+from skill_rl.training.runlock import interrupted_as
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec, spec_of, with_baselines
 from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.files import atomic_write, read_records
@@ -172,7 +172,7 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
     new, so that the judged columns still compare the models within one group. Each finished task's
     records (outputs, scores, or the error of a model that failed) go to `sink` at once. `answers`: the outputs
     already generated, (task id, label) -> (outputs, prompt tokens) (a CPU run decoded in this process:
-    skill_rl/cpu/evaluation.py), in place of asking the endpoints."""
+    skill_rl/commands/cpu_evaluation.py), in place of asking the endpoints."""
     scorer = Scorer(skill, judge)
     clients = {} if answers is not None else {ep.label: client(ep, timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
@@ -389,7 +389,7 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
 def _in_process(skill: Skill, args, picked: tuple[Path, str], tasks: list[Task], done: list[dict]) -> dict:
     """--eval --backend cpu: the run's checkpoint (`picked`: its folder, and why it is the one) and base model as
     arms, every answer not in `done` decoded here."""
-    from skill_rl.cpu import evaluation
+    from skill_rl.commands import cpu_evaluation as evaluation
 
     checkpoint, why = picked
     endpoints, adapter = evaluation.arms(checkpoint, args.base_model, args.baseline, args.without_skill)
@@ -411,7 +411,7 @@ def _arms(args, picked: tuple[Path, str] | None) -> list[Endpoint]:
     """--eval --backend cpu: the CPU run's arms (config.cpu_eval_run picked its checkpoint); else the --model endpoints."""
     if picked is None:
         return _endpoints(args)
-    from skill_rl.cpu import evaluation
+    from skill_rl.commands import cpu_evaluation as evaluation
 
     return evaluation.arms(picked[0], args.base_model, args.baseline, args.without_skill)[0]
 

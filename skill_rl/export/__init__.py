@@ -32,7 +32,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from skill_rl import cpu, gguf_export, prompts
+from skill_rl import cpu, prompts
+from skill_rl.export import gguf_export
 from skill_rl.errors import Exit
 from skill_rl.text import brief, show
 
@@ -211,7 +212,7 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
               and '"""' not in system)  # SYSTEM """...""" cannot quote it
     if ollama:
         (tmp / "Modelfile").write_text(modelfile(skill, system, f"./{gguf}" if gguf else "./merged"))
-    from skill_rl.card import model_card
+    from skill_rl.export.card import model_card
 
     (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama,
                                               evaluation, gguf))
@@ -289,7 +290,7 @@ def alive(pid: int) -> bool:
 def card_eval(folder: Path, skill) -> dict:
     """--card-eval: an --eval folder's results (its table of models, judge and chart), checked before anything is
     written: a results.json of this skill as --eval writes it, or exit 2."""
-    from skill_rl.evaluate import markdown_table, uplift_lines
+    from skill_rl.commands.evaluate import markdown_table, uplift_lines
 
     path = folder / "results.json"
     try:
@@ -321,7 +322,7 @@ def hub_login(repo: str) -> tuple[str, str]:
     owner/name, no huggingface_hub, no token (HF_TOKEN, or the file `hf auth login` writes), an endpoint that does
     not answer within 3 s. The token is never printed (it joins the secrets redacted from every line)."""
     from skill_rl import keys
-    from skill_rl.env import reachable
+    from skill_rl.settings.env import reachable
 
     try:
         from huggingface_hub import get_token

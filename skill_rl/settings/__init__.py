@@ -1,5 +1,5 @@
 """Every setting of a run, declared once: a frozen dataclass whose fields carry their type, default, help,
-flag, group, validator (skill_rl/flags.py), choices and metavar. The command-line parser, the GPU presets and
+flag, group, validator (skill_rl/settings/flags.py), choices and metavar. The command-line parser, the GPU presets and
 docs/cli.md's flag tables are generated from it (TRL's `GRPOConfig` pattern).
 
     s = Settings.from_flags(["--skill", "git-commit", "--steps", "5"])   # what the command line makes
@@ -18,7 +18,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from skill_rl import configfile, cpu, flags, prompts
+from skill_rl import cpu, prompts
+from skill_rl.settings import configfile
+from skill_rl.settings import flags
 from skill_rl.errors import Exit
 from skill_rl.export import checkpoint_spec
 from skill_rl.training import anchor, backends, warmstart
