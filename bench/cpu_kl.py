@@ -63,7 +63,7 @@ def greedy(a, run_dir: Path, work: Path) -> list[dict]:
 
 def arm(a, warm: Path, coef: float) -> dict:
     """One arm: the warm start's folder copied, --steps RL steps with this coefficient, its figures."""
-    from skill_rl.commands.evaluate import _bootstrap
+    from skill_rl.scoring.report import bootstrap as _bootstrap
     from skill_rl.skills import load_skill
 
     work = warm.parent / f"arm-kl-{coef:g}"

@@ -77,7 +77,7 @@ def val_samples(run_dir: Path, step: int) -> tuple[list[float], list[float]]:
 def rl_gain(run_dir: Path, rows: list[dict]) -> str:
     """The last validation against the warm start's (step 1): val reward with 95 % bootstrap intervals over the
     answers, and the sampled header rate (`conventional`)."""
-    from skill_rl.commands.evaluate import _bootstrap
+    from skill_rl.scoring.report import bootstrap as _bootstrap
 
     steps = [r["step"] for r in rows if r.get("val/reward") is not None]
     if 1 not in steps or steps[-1] == 1:

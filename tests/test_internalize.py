@@ -205,7 +205,7 @@ def test_prompt_tokens_are_estimated_and_marked_so_when_the_server_reports_no_us
     from types import SimpleNamespace
 
     from skill_rl.endpoints import Endpoint, generate
-    from skill_rl.commands.evaluate import _tokens
+    from skill_rl.scoring.report import _tokens
     from skill_rl.prompts import estimated_tokens
 
     skill = load_skill(small_git_commit(tmp_path, train=1, val=0) / "git-commit")

@@ -24,11 +24,22 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _type_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes under `if TYPE_CHECKING:`: they name types for the annotations and never run."""
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING" for stmt in node.body for n in ast.walk(stmt)}
+
+
 def _imports(name: str, path: Path, modules: dict) -> set[str]:
-    """The package's modules that `name` imports, at module level or inside functions alike."""
+    """The package's modules that `name` imports, at module level or inside functions alike (not the type-only
+    imports under `if TYPE_CHECKING:`, which never run)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in modules}
         elif isinstance(node, ast.ImportFrom):
@@ -69,6 +80,37 @@ def test_no_module_imports_one_that_imports_it_back(graph):
 
     cycles = [c for c in map(cycle_from, graph) if c]
     assert not cycles, " -> ".join(cycles[0])
+
+
+def _unit(module: str) -> str:
+    """A module's place in the tree: its sub-package (skill_rl.training), or itself at the top (skill_rl.keys)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_sub_package_or_top_level_module_imports_one_that_imports_it_back(graph):
+    """The tree read as layers: leaves (errors, text, files, ...), the loader and the settings, scoring, the CPU
+    backend and training, then the commands, the export and mining; a package imports only below itself."""
+    units: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        units.setdefault(_unit(module), set()).update(_unit(d) for d in deps if _unit(d) != _unit(module))
+
+    def reaches(start, goal):
+        stack, seen = [start], set()
+        while stack:
+            for nxt in units.get(stack.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return False
+
+    cycles = sorted(f"{a} -> {b} -> ... -> {a}" for a in units for b in units[a] if reaches(b, a))
+    assert not cycles, cycles
+
+
+def test_the_top_level_holds_at_most_twelve_modules():
+    assert len(list(PACKAGE.glob("*.py"))) <= 12, sorted(p.name for p in PACKAGE.glob("*.py"))
 
 
 def test_only_the_command_line_entry_imports_the_cli_module(graph):

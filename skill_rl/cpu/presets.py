@@ -9,6 +9,7 @@ from pathlib import Path
 
 from skill_rl.cpu.weights import TINY_MODEL, busy_cores, locate, quiet_threads, threads
 from skill_rl.prompts import Fade
+from skill_rl.settings.defaults import CPU_DEFAULTS
 
 
 # Short runs that finish on two CPU cores; every one can be overridden by its flag. The tiny base model
@@ -16,8 +17,7 @@ from skill_rl.prompts import Fade
 # warm start on the train tasks' references comes first, at a rate that teaches the format in one epoch
 # (at 5e-5 or 2e-4 it does not; README, "Learning on CPU"). Validation takes the first 6 val tasks.
 # RL's rate, 3e-4, was picked, not tuned: the one run measured (README) is all we know of it.
-DEFAULTS = {"steps": 10, "groups_per_step": 4, "rollouts_per_group": 4, "max_tokens": 48, "learning_rate": 3e-4,
-            "context_tokens": 4096, "sft": True, "sft_learning_rate": 1e-3, "limit": 6}
+DEFAULTS = CPU_DEFAULTS
 
 
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}

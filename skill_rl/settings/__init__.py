@@ -18,12 +18,11 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from skill_rl import cpu, prompts
+from skill_rl import prompts
 from skill_rl.settings import configfile
 from skill_rl.settings import flags
 from skill_rl.errors import Exit
-from skill_rl.export import checkpoint_spec
-from skill_rl.training import anchor, backends, warmstart
+from skill_rl.settings import defaults
 
 
 def option(group: str):
@@ -128,7 +127,7 @@ class Settings:
     # training
     backend: str = TRAIN("auto", "auto | local | serverless | tinker | cpu | MODULE:CLASS (default auto)",
                          see="[Backends](backends.md)")
-    base_model: str | None = TRAIN(help=backends.BASE_MODEL_HELP, see="[Base models](backends.md#base-models)")
+    base_model: str | None = TRAIN(help=defaults.BASE_MODEL_HELP, see="[Base models](backends.md#base-models)")
     steps: int | None = TRAIN(help="training steps in all, counting resumed ones (default 50; cpu 10)",
                               type=flags.count(0), preset=50)
     groups_per_step: int | None = TRAIN(help="tasks per step (default 8; cpu 4)", type=flags.count(), preset=8)
@@ -162,7 +161,7 @@ class Settings:
         type=flags.number(minimum=0, maximum=1), metavar="F", see="[Internalizing a skill](internalize.md)")
     kl_coef: float | None = TRAIN(
         help="KL anchor: each sampled token's advantage is lowered by F x its KL to the reference (ART's "
-             f"kl_penalty_coef; default {anchor.DEFAULT_COEF:g} after a warm start, else 0; docs/cpu-learning.md)",
+             f"kl_penalty_coef; default {defaults.DEFAULT_COEF:g} after a warm start, else 0; docs/cpu-learning.md)",
         type=flags.number(minimum=0), metavar="F", see=KL)
     kl_ref_step: int | None = TRAIN(
         help="the KL anchor's reference checkpoint (default: the warm start's last step, else the base model); "
@@ -190,15 +189,15 @@ class Settings:
     teacher_temperature: float = WARM(1.0, "teacher sampling temperature (default 1.0)",
                                       type=flags.number(minimum=0), metavar="T")
     teacher_min_reward: float = WARM(
-        warmstart.DEFAULT_MIN_REWARD, "every SFT example, whatever its source, must score at least this reward "
-                                      f"(default {warmstart.DEFAULT_MIN_REWARD})",
+        defaults.DEFAULT_MIN_REWARD, "every SFT example, whatever its source, must score at least this reward "
+                                      f"(default {defaults.DEFAULT_MIN_REWARD})",
         type=flags.number(minimum=0, maximum=1, what=" (a reward)"), metavar="R")
     sft_epochs: int = WARM(1, "passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)",
                            type=flags.count(), metavar="N")
     sft_learning_rate: float | None = WARM(
-        help=f"default {warmstart.DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default; --backend cpu "
-             f"{cpu.DEFAULTS['sft_learning_rate']:g}",
-        type=flags.number(above=0, below=1), metavar="LR", preset=warmstart.DEFAULT_LEARNING_RATE)
+        help=f"default {defaults.DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default; --backend cpu "
+             f"{defaults.CPU_DEFAULTS['sft_learning_rate']:g}",
+        type=flags.number(above=0, below=1), metavar="LR", preset=defaults.DEFAULT_LEARNING_RATE)
     sft_batch_size: int | str = WARM("auto", "examples per gradient step, or auto: the backend's default "
                                              "(default auto)",
                                      type=flags.count_or_auto, metavar="N|auto")
@@ -221,7 +220,7 @@ class Settings:
                                         "if vLLM runs out of memory at start-up",
                                    type=flags.number(above=0, maximum=1), metavar="F", see=FIT)
     lora_rank: int | None = GPU(help="LoRA rank (default: ART's, 8); --backend tinker too", type=int,
-                                choices=backends.LORA_RANKS, see=FIT)
+                                choices=defaults.LORA_RANKS, see=FIT)
 
     # export
     export: Path | None = EXPORT(help="write a trained checkpoint to DIR: adapter, merged model, model card "
@@ -229,7 +228,7 @@ class Settings:
                                  type=Path, metavar="DIR", see="[Export](export.md)")
     checkpoint: str | int | None = EXPORT(help="--export, --eval --backend cpu: which checkpoint (default best: the "
                                                "highest mean val/reward, as ART keeps it)",
-                                          type=checkpoint_spec, metavar="STEP|best|latest")
+                                          type=flags.checkpoint_spec, metavar="STEP|best|latest")
     gguf: str | None = EXPORT(help="--export: also write the merged model as one GGUF file, f16 (default) or q8_0, for "
                                    "llama.cpp and Ollama (Llama/SmolLM2 and Qwen2; the Modelfile then loads it)",
                               nargs="?", const="f16", choices=("f16", "q8_0"), metavar="TYPE",

@@ -100,3 +100,11 @@ def skill_name(text: str) -> str:
     if not NAME_RE.fullmatch(text) or len(text) > 64:
         raise argparse.ArgumentTypeError(f"a skill name is 1-64 characters of a-z, 0-9 and single '-', got {text!r}")
     return text
+
+def checkpoint_spec(text: str) -> str | int:
+    """A checkpoint: a step number (1 or more), 'best' or 'latest'."""
+    if text in ("best", "latest"):
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"must be a step number (1 or more), 'best' or 'latest', got {text!r}")

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skill_rl.errors import Exit
+from skill_rl.settings.defaults import DEFAULT_COEF
 
 STATE_KEY = "skill_rl_kl_anchor"  # under this key in ART's state.json: {"coef": c, "reference": step or None}
-DEFAULT_COEF = 0.0  # after a warm start; docs/cpu-learning.md says how it was chosen
 NO_KL = {"tinker": "ART 0.5.23's Tinker backend takes kl_penalty_coef and drops it (art/tinker/service.py passes "
                    "its loss no reference logprobs): --kl-coef would change nothing there; leave it out"}
 

@@ -27,6 +27,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from skill_rl import cpu
+from skill_rl.settings.defaults import BASE_MODEL_HELP, DEFAULT_BASE_MODEL, LORA_RANKS, SERVERLESS_MODELS
 from skill_rl.training import history
 from skill_rl.errors import Exit
 
@@ -43,15 +44,8 @@ NO_BACKEND = f"""no way to train was found on this machine. Pick one:
                      (real RL of a 135M model on this CPU: slow, and it learns formats, not content)
 Without any of them you can still lint a skill (--check), score outputs (--score) and compare
 models on held-out tasks (--eval): none of these needs a GPU."""
-SERVERLESS_MODELS = ("OpenPipe/Qwen3-14B-Instruct", "Qwen/Qwen3-30B-A3B-Instruct-2507", "meta-llama/Llama-3.1-8B-Instruct")
-DEFAULT_BASE_MODEL = {"local": "Qwen/Qwen2.5-3B-Instruct", "serverless": SERVERLESS_MODELS[0],
-                      "tinker": "Qwen/Qwen3-4B-Instruct-2507", "cpu": cpu.TINY_MODEL}
-BASE_MODEL_HELP = ("model to train (default Qwen/Qwen2.5-3B-Instruct; with --backend serverless "
-                   f"{DEFAULT_BASE_MODEL['serverless']}, with --backend tinker {DEFAULT_BASE_MODEL['tinker']}, "
-                   f"with --backend cpu {cpu.TINY_MODEL}, a .gguf file or a local Hugging Face folder)")
 BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
           "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
-LORA_RANKS = (8, 16, 32, 64, 128)
 PACKAGE_INDEX = "https://pypi.org/simple/"  # where ART's vLLM runtime build gets most of its packages
 REMOTE_WEIGHTS = {  # what --export says of a run whose adapter is not on this machine
     "serverless": "--export needs the adapter on this machine, and a W&B Serverless run keeps its checkpoints in W&B "

@@ -14,14 +14,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import art
 
 from skill_rl import keys, progress, prompts
 from skill_rl.settings import configfile
-from skill_rl.commands.config import Run
 from skill_rl.errors import Exit
-from skill_rl.commands.evaluate import print_table, summarize
+from skill_rl.scoring.report import print_table, summarize
 from skill_rl.training.runlock import RunLock, Stopper
 from skill_rl.scoring.reward import Scorer
 from skill_rl.skills import DIMENSIONS, Skill, Task
@@ -33,6 +33,9 @@ from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_grou
 from skill_rl.training.trajectories import output_of, penalise_repeats
 from skill_rl.scoring import categories
 from skill_rl.console import clean
+
+if TYPE_CHECKING:  # a type only: the commands import training, never the other way
+    from skill_rl.commands.config import Run
 
 FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")  # exit 1 if any
 

@@ -44,8 +44,6 @@ from skill_rl.text import display, problem, pydantic_problems, show
 
 STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
 EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder
-DEFAULT_MIN_REWARD = 0.8
-DEFAULT_LEARNING_RATE = 5e-5  # art.types.TrainSFTConfig.learning_rate in ART 0.5.23
 SOURCES = ("references", "teacher")
 SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
 
