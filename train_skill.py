@@ -32,15 +32,12 @@ import time
 from pathlib import Path
 
 from skill_rl import export, keys, mining, progress, settings
-from skill_rl.commands import cli
-from skill_rl.commands import config
-from skill_rl.commands import evaluate
-from skill_rl.commands import score
-from skill_rl.training import anchor, backends, warmstart
+from skill_rl.commands import cli, config, evaluate, score
 from skill_rl.errors import Exit
 from skill_rl.scoring import audit
 from skill_rl.settings import Settings
 from skill_rl.skills import SkillError, find_skill, load_skill, skill_dirs
+from skill_rl.training import anchor, backends, warmstart
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,21 +56,30 @@ async def train(run: config.Run, skill) -> int:
 
     from skill_rl.training.steps import Trainer
 
-    await audit.guard(run.settings, skill, run.judge)  # a judge that pays for an exploit: exit 2 before anything runs
+    # a judge that pays for an exploit: exit 2 before anything runs
+    await audit.guard(run.settings, skill, run.judge)
     s, t = run.settings, await Trainer.start(run, skill)
     step = 0
     try:
-        if (run.sft or t.fade) and await t.model.get_step() == 0 and not (t.model.read_state() or {}).get(warmstart.STATE_KEY):
-            await t.validate(0)  # the base model, to see what the warm start does
-        warm = await warmstart.run(s, run.sft, t.model, t.scorer, t.train_tasks, t.stop)  # --sft: before the first RL step, once
+        # the base model, to see what the warm start does
+        await t.validate_base(run.sft)
+        # --sft: before the first RL step, once
+        warm = await warmstart.run(s, run.sft, t.model, t.scorer, t.train_tasks, t.stop)
         t.totals.warm_start_failures = warm.failures
-        step, last = await t.model.get_step(), s.steps + warm.steps  # the warm start's checkpoints count as steps
+        # the warm start's checkpoints count as steps
+        step, last = await t.model.get_step(), s.steps + warm.steps
         if warm.trained:
             await t.validate(step)
-        t.anchor = anchor.resolve(s, t.model, t.backend, step)  # kept on resume
-        print(f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}"
-              + (f"; {t.anchor.describe()}" if t.anchor.active else ""), flush=True)
-        for batch in iterate_dataset(t.train_tasks, s.groups_per_step, t.epochs(), initial_step=step - warm.steps, use_tqdm=False):
+        # kept on resume
+        t.anchor = anchor.resolve(s, t.model, t.backend, step)
+        print(
+            f"run {s.project}/{s.run_name}: starting at step {step} of {last} on backend {t.kind}"
+            + (f"; {t.anchor.describe()}" if t.anchor.active else ""),
+            flush=True,
+        )
+        for batch in iterate_dataset(
+            t.train_tasks, s.groups_per_step, t.epochs(), initial_step=step - warm.steps, use_tqdm=False
+        ):
             if step >= last or t.stop.is_set():
                 break
             start = time.perf_counter()
@@ -81,12 +87,14 @@ async def train(run: config.Run, skill) -> int:
             if not groups:
                 print(f"step {step + 1}: every group failed; nothing to train on", file=sys.stderr)
                 continue
-            with t.stopper.shielded():  # a step is trained and logged whole, or not at all
+            # a step is trained and logged whole, or not at all
+            with t.stopper.shielded():
                 result = await t.backend.train(t.model, groups, learning_rate=s.learning_rate, **t.anchor.kwargs())
                 step = result.step
                 means, warning = await t.log_step(groups, result, stats, used, step)
             print(t.step_line(step, means, stats, used, time.perf_counter() - start, warning), flush=True)
-            if t.totals.steps == 1:  # all imported by now (ART, torch, litellm: ~900k objects): no full GC scans them again
+            # all imported by now (ART, torch, litellm: ~900k objects): no full GC scans them again
+            if t.totals.steps == 1:
                 gc.collect()
                 gc.freeze()
             if step % s.eval_every == 0 and step < last:
@@ -94,12 +102,16 @@ async def train(run: config.Run, skill) -> int:
         if not t.val_results or t.val_results[-1][0] != step:
             await t.validate(step)
         await t.plot.done()
-        kept = await backends.keep_best_and_latest(t.model, step, t.anchor.keep())  # ART's order: delete, then close
+        # ART's order: delete, then close
+        kept = await backends.keep_best_and_latest(t.model, step, t.anchor.keep())
     except asyncio.CancelledError:
         if not t.stopper.aborted:
             raise
-        raise Exit(t.stopper.exit_code(1), f"stopped at once during step {step + 1}: nothing of it was trained; "
-                      f"the same command resumes at step {step + 1}") from None
+        raise Exit(
+            t.stopper.exit_code(1),
+            f"stopped at once during step {step + 1}: nothing of it was trained; "
+            f"the same command resumes at step {step + 1}",
+        ) from None
     finally:
         await t.close()
     return t.report(kept)
@@ -113,24 +125,34 @@ def main(argv=None) -> int:
     from skill_rl.settings.env import load_env, loopback_without_proxy
 
     try:
-        load_env(HERE)  # ./.env (or a parent's), then beside this script; the shell's variables win
+        # ./.env (or a parent's), then beside this script; the shell's variables win
+        load_env(HERE)
     except Exit as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
-    loopback_without_proxy()  # the process's own endpoints on 127.0.0.1 never go through a proxy
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch of litellm's price map
+    # the process's own endpoints on 127.0.0.1 never go through a proxy
+    loopback_without_proxy()
+    # no network fetch of litellm's price map
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     keys.collect(*(v for k, v in vars(args).items() if k.endswith("api_key")), *keys.url_passwords(vars(args).values()))
-    if argv is None:  # the command itself (script, -m, console script): redact until the process ends
+    # the command itself (script, -m, console script): redact until the process ends
+    if argv is None:
         keys.redact_process_output()
-        if not progress.shown(args.quiet):  # other libraries' tqdm bars too (loading GGUF weights), as ours and ART's
-            os.environ.setdefault("TQDM_DISABLE", "1")  # read when tqdm is first imported: before ART, transformers
+        # other libraries' tqdm bars too (loading GGUF weights), as ours and ART's
+        if not progress.shown(args.quiet):
+            # read when tqdm is first imported: before ART, transformers
+            os.environ.setdefault("TQDM_DISABLE", "1")
     try:
-        with keys.redacted_output():  # whatever is printed from here on, by us or a library, names no key
+        # whatever is printed from here on, by us or a library, names no key
+        with keys.redacted_output():
             code = run(args)
-            sys.stdout.flush()  # a pipe's buffer: its reader's absence shows here, not at the interpreter's exit
+            # a pipe's buffer: its reader's absence shows here, not at the interpreter's exit
+            sys.stdout.flush()
             return code
-    except OSError as e:  # stdout's reader went away (`| head`), or a disk filled up: one line, no traceback
-        if e.errno == errno.EPIPE:  # Python flushes stdout once more at exit: point it at nothing first
+    # stdout's reader went away (`| head`), or a disk filled up: one line, no traceback
+    except OSError as e:
+        # Python flushes stdout once more at exit: point it at nothing first
+        if e.errno == errno.EPIPE:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             print("error: stdout was closed by its reader; stopped", file=sys.stderr)
             return 1
@@ -151,8 +173,17 @@ def training(run: config.Run, skill) -> int:
 
 # Every command, by the name config.command gives it: each takes the resolved run and its skill (None for --list
 # and --init), and returns the exit status.
-COMMANDS = {"list": cli.list_command, "init": cli.init_command, "tasks_from_git": mining.run, "check": cli.check_command,
-            "export": export.run, "score": score.run, "audit": audit.run, "eval": evaluate.run, "train": training}
+COMMANDS = {
+    "list": cli.list_command,
+    "init": cli.init_command,
+    "tasks_from_git": mining.run,
+    "check": cli.check_command,
+    "export": export.run,
+    "score": score.run,
+    "audit": audit.run,
+    "eval": evaluate.run,
+    "train": training,
+}
 
 
 def load(s: Settings, command: str):
@@ -167,7 +198,8 @@ def load(s: Settings, command: str):
 def run(s: Settings) -> int:
     try:
         skill = load(s, config.command(s))
-        setup = config.resolve(s, skill)  # every setting, once; problems exit 2 before anything runs
+        # every setting, once; problems exit 2 before anything runs
+        setup = config.resolve(s, skill)
         return COMMANDS[setup.command](setup, skill)
     except SkillError as e:
         print("\n".join(e.problems), file=sys.stderr)

@@ -39,10 +39,10 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 from openai_server import FakeOpenAI  # noqa: E402
 
 from skill_rl import config  # noqa: E402
-from skill_rl.scoring.reward import Judge, Scorer, rubric  # noqa: E402
 from skill_rl.scoring.checks import run_checks, run_checks_group
-from skill_rl.scoring.rubric import skill_checks  # noqa: E402
 from skill_rl.scoring.derived import derive, view  # noqa: E402
+from skill_rl.scoring.reward import Judge, Scorer, rubric  # noqa: E402
+from skill_rl.scoring.rubric import skill_checks  # noqa: E402
 from skill_rl.skills import list_skills, load_skill  # noqa: E402
 
 
@@ -56,7 +56,8 @@ def answers(skill):
 # ------------------------------------------------------------------ step overhead: ours against bare ART
 
 
-ADAPTERS = [0]  # pydantic TypeAdapters built so far, while `counting_adapters` is on
+# pydantic TypeAdapters built so far, while `counting_adapters` is on
+ADAPTERS = [0]
 
 
 @contextlib.contextmanager
@@ -89,15 +90,17 @@ def phase_timers(buckets: list[dict], plots: list[float]):
 
     import art
 
-    import skill_rl.training.plots
     import skill_rl.scoring.reward
+    import skill_rl.training.plots
     import skill_rl.training.rollout
     import skill_rl.training.steps
     from skill_rl.training.dryrun import DryRunBackend
     from skill_rl.training.monitor import Monitor
 
-    def timed(phase, fn):  # into the bucket open when the call started (the plot is drawn in a thread, later)
+    # into the bucket open when the call started (the plot is drawn in a thread, later)
+    def timed(phase, fn):
         if asyncio.iscoroutinefunction(fn):
+
             async def wrapper(*a, **k):
                 bucket, start = buckets[-1] if buckets else {}, time.perf_counter()
                 try:
@@ -106,17 +109,24 @@ def phase_timers(buckets: list[dict], plots: list[float]):
                     name = phase(k) if callable(phase) else phase
                     bucket[name] = bucket.get(name, 0.0) + time.perf_counter() - start
         else:
+
             def wrapper(*a, **k):
                 bucket, start = buckets[-1] if buckets else {}, time.perf_counter()
                 try:
                     return fn(*a, **k)
                 finally:
                     bucket[phase] = bucket.get(phase, 0.0) + time.perf_counter() - start
+
         return wrapper
 
-    gather0, rollout0, plot0 = art.gather_trajectory_groups, skill_rl.training.rollout.rollout, skill_rl.training.plots.reward_plot
+    gather0, rollout0, plot0 = (
+        art.gather_trajectory_groups,
+        skill_rl.training.rollout.rollout,
+        skill_rl.training.plots.reward_plot,
+    )
 
-    def drawn(*a, **k):  # in a worker thread, while later buckets open: every drawing in order, in a bucket of its own
+    # in a worker thread, while later buckets open: every drawing in order, in a bucket of its own
+    def drawn(*a, **k):
         start = time.perf_counter()
         try:
             return plot0(*a, **k)
@@ -133,20 +143,27 @@ def phase_timers(buckets: list[dict], plots: list[float]):
             last = b.pop("last_answer", start)
             b.update(gather=end - start, rollouts=last - start, judge_tail=end - last)
 
-    async def rollout(*a, **k):  # the same name: the loop tells its rollouts' errors apart by it
+    # the same name: the loop tells its rollouts' errors apart by it
+    async def rollout(*a, **k):
         traj = await rollout0(*a, **k)
         buckets[-1]["last_answer"] = time.perf_counter()
         return traj
 
     with contextlib.ExitStack() as stack:
         for target, name, new in [
-            (art, "gather_trajectory_groups", gather), (skill_rl.training.steps, "rollout", rollout),
+            (art, "gather_trajectory_groups", gather),
+            (skill_rl.training.steps, "rollout", rollout),
             (skill_rl.scoring.reward, "run_checks_group", timed("checks", skill_rl.scoring.reward.run_checks_group)),
             (Monitor, "step", timed("monitor", Monitor.step)),
             (DryRunBackend, "train", timed("train", DryRunBackend.train)),
-            (art.TrainableModel, "log", timed(lambda k: "log" if k.get("split") == "train" else "val_log", art.TrainableModel.log)),
+            (
+                art.TrainableModel,
+                "log",
+                timed(lambda k: "log" if k.get("split") == "train" else "val_log", art.TrainableModel.log),
+            ),
             (skill_rl.training.plots, "reward_plot", drawn),
-            (skill_rl.training.plots.Plotter, "draw", timed("plot_wait", skill_rl.training.plots.Plotter.draw))]:
+            (skill_rl.training.plots.Plotter, "draw", timed("plot_wait", skill_rl.training.plots.Plotter.draw)),
+        ]:
             stack.enter_context(mock.patch.object(target, name, new))
         yield
 
@@ -156,11 +173,32 @@ def ours_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: 
     (`groups` val tasks) half-way and at the end. One bucket of phase seconds per step and per validation."""
     import train_skill
 
-    args = train_skill.parse_args([
-        "--skill", skill.name, "--backend", "skill_rl.training.dryrun:DryRunBackend", "--steps", str(steps),
-        "--groups-per-step", str(groups), "--rollouts-per-group", str(rollouts), "--eval-every", str(max(1, steps // 2)),
-        "--limit", str(groups), "--judge-base-url", url, "--judge-api-key", "bench", "--run-name", run_name])
-    setup = config.resolve(args, skill)  # what main() does: every setting once (no warm start with this backend)
+    args = train_skill.parse_args(
+        [
+            "--skill",
+            skill.name,
+            "--backend",
+            "skill_rl.training.dryrun:DryRunBackend",
+            "--steps",
+            str(steps),
+            "--groups-per-step",
+            str(groups),
+            "--rollouts-per-group",
+            str(rollouts),
+            "--eval-every",
+            str(max(1, steps // 2)),
+            "--limit",
+            str(groups),
+            "--judge-base-url",
+            url,
+            "--judge-api-key",
+            "bench",
+            "--run-name",
+            run_name,
+        ]
+    )
+    # what main() does: every setting once (no warm start with this backend)
+    setup = config.resolve(args, skill)
     buckets: list[dict] = []
     plots: list[float] = []
     out, cwd = io.StringIO(), os.getcwd()
@@ -170,26 +208,35 @@ def ours_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: 
             asyncio.run(train_skill.train(setup, skill))
     finally:
         os.chdir(cwd)
-    for b, seconds in zip([b for b in buckets if b["kind"] == "train"], map(float, STEP_LINE.findall(out.getvalue())), strict=True):
-        b["step"] = seconds  # as the loop prints it: gather to log
+    for b, seconds in zip(
+        [b for b in buckets if b["kind"] == "train"], map(float, STEP_LINE.findall(out.getvalue())), strict=True
+    ):
+        # as the loop prints it: gather to log
+        b["step"] = seconds
     for b, after in zip(buckets, [*buckets[1:], {"adapters": -ADAPTERS[0]}]):
-        b["adapters"] -= after["adapters"]  # built from this bucket's gather to the next one's
+        # built from this bucket's gather to the next one's
+        b["adapters"] -= after["adapters"]
     for b, seconds in zip([b for b in buckets if b["kind"] == "val"], plots, strict=True):
         b["plot"] = seconds
     return buckets
 
 
-async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run_name: str, workdir: Path) -> list[dict]:
+async def _bare_run(
+    url: str, skill, groups: int, rollouts: int, steps: int, run_name: str, workdir: Path
+) -> list[dict]:
     """The same steps written directly against ART 0.5.23, no skill-rl code in the loop: gather with
     art.gather_trajectory_groups, RULER via art.rewards.ruler_score_group (one call per dimension our scorer
     judges, with the same rubric text), the same stand-in train, model.log."""
     import art
     from art.rewards import ruler_score_group
 
-    from skill_rl.training.dryrun import DryRunBackend  # the stand-in for the GPU's train call, the same on both sides
+    # the stand-in for the GPU's train call, the same on both sides
+    from skill_rl.training.dryrun import DryRunBackend
 
     backend = DryRunBackend()
-    model = art.TrainableModel(name="bare", run_name=run_name, project="bench", base_model="x", base_path=str(workdir / ".art"))
+    model = art.TrainableModel(
+        name="bare", run_name=run_name, project="bench", base_model="x", base_path=str(workdir / ".art")
+    )
     await model.register(backend)
     tasks = skill.split("train")
     rubrics = [rubric(skill, d) for d in Scorer(skill, Judge()).judged_dimensions]
@@ -197,10 +244,13 @@ async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run
     last = [0.0]
 
     async def rollout(task):
-        traj = art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
-                                                    {"role": "user", "content": task.input}], reward=0.0)
+        traj = art.Trajectory(
+            messages_and_choices=[{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}],
+            reward=0.0,
+        )
         completion = await model.openai_client().chat.completions.create(
-            model=model.get_inference_name(), messages=traj.messages(), logprobs=True)
+            model=model.get_inference_name(), messages=traj.messages(), logprobs=True
+        )
         traj.messages_and_choices.append(completion.choices[0])
         last[0] = time.perf_counter()
         return traj
@@ -212,15 +262,26 @@ async def _bare_run(url: str, skill, groups: int, rollouts: int, steps: int, run
     for step in range(steps):
         batch = [tasks[(step * groups + i) % len(tasks)] for i in range(groups)]
         t0, built = time.perf_counter(), ADAPTERS[0]
-        gs = await art.gather_trajectory_groups((art.TrajectoryGroup(rollout(t) for _ in range(rollouts)) for t in batch),
-                                                after_each=judge, pbar_desc=None)
+        gs = await art.gather_trajectory_groups(
+            (art.TrajectoryGroup(rollout(t) for _ in range(rollouts)) for t in batch), after_each=judge, pbar_desc=None
+        )
         t1 = time.perf_counter()
         result = await backend.train(model, gs, learning_rate=1e-5)
         t2 = time.perf_counter()
         await model.log(gs, metrics=result.metrics, step=result.step, split="train")
         t3 = time.perf_counter()
-        buckets.append({"kind": "train", "step": t3 - t0, "gather": t1 - t0, "rollouts": last[0] - t0,
-                        "judge_tail": t1 - last[0], "train": t2 - t1, "log": t3 - t2, "adapters": ADAPTERS[0] - built})
+        buckets.append(
+            {
+                "kind": "train",
+                "step": t3 - t0,
+                "gather": t1 - t0,
+                "rollouts": last[0] - t0,
+                "judge_tail": t1 - last[0],
+                "train": t2 - t1,
+                "log": t3 - t2,
+                "adapters": ADAPTERS[0] - built,
+            }
+        )
     return buckets
 
 
@@ -236,12 +297,20 @@ print(time.perf_counter() - start)
 
 def first_step_imports() -> float:
     """Seconds of the imports that the first step of any ART 0.5.23 loop pays, in a fresh process after `import art`."""
-    out = subprocess.run([sys.executable, "-c", LAZY_IMPORTS], capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    out = subprocess.run(
+        [sys.executable, "-c", LAZY_IMPORTS],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
     return float(out.stdout.split()[-1])
 
 
-def step_overhead(skill, groups: int, rollouts: int, lp: float, lj: float, workdir: Path, rounds: int, steps: int) -> dict:
+def step_overhead(
+    skill, groups: int, rollouts: int, lp: float, lj: float, workdir: Path, rounds: int, steps: int
+) -> dict:
     """Ours and bare ART, alternating, `rounds` fresh runs each of `steps` steps, on one server. Medians over the
     steady steps (the second and later of every run); the first step's extra cost apart."""
     import statistics
@@ -254,24 +323,42 @@ def step_overhead(skill, groups: int, rollouts: int, lp: float, lj: float, workd
         os.environ["SKILL_RL_POLICY_BASE_URL"] = server.url
         for r in range(rounds):
             ours.append(ours_run(server.url, skill, groups, rollouts, steps, f"ours-{groups}x{rollouts}-{r}", workdir))
-            gc.unfreeze()  # what train_skill.py froze out of the garbage collector's scans: bare ART runs without it
-            bare.append(asyncio.run(_bare_run(server.url, skill, groups, rollouts, steps, f"bare-{groups}x{rollouts}-{r}", workdir)))
+            # what train_skill.py froze out of the garbage collector's scans: bare ART runs without it
+            gc.unfreeze()
+            bare.append(
+                asyncio.run(
+                    _bare_run(server.url, skill, groups, rollouts, steps, f"bare-{groups}x{rollouts}-{r}", workdir)
+                )
+            )
 
     def steady(runs, key):
         return median([b.get(key, 0.0) for run in runs for b in [b for b in run if b["kind"] == "train"][1:]])
 
     keys = ("step", "gather", "rollouts", "judge_tail", "checks", "monitor", "train", "log", "adapters")
-    out = {"groups": groups, "rollouts": rollouts, "rounds": rounds, "steps": steps,
-           "ours": {k: steady(ours, k) for k in keys}, "bare": {k: steady(bare, k) for k in keys if k not in ("checks", "monitor")}}
+    out = {
+        "groups": groups,
+        "rollouts": rollouts,
+        "rounds": rounds,
+        "steps": steps,
+        "ours": {k: steady(ours, k) for k in keys},
+        "bare": {k: steady(bare, k) for k in keys if k not in ("checks", "monitor")},
+    }
     for side, runs in (("ours", ours), ("bare", bare)):
         out[side]["all_steps"] = [b["step"] for run in runs for b in run if b["kind"] == "train"]
-        out[side]["first_extra_process"] = runs[0][0]["step"] - out[side]["step"] if side == "ours" else None  # ours ran first
-        out[side]["first_extra_run"] = median([run[0]["step"] for run in runs[1:]] or [0.0]) - out[side]["step"] if rounds > 1 else None
+        # ours ran first
+        out[side]["first_extra_process"] = runs[0][0]["step"] - out[side]["step"] if side == "ours" else None
+        out[side]["first_extra_run"] = (
+            median([run[0]["step"] for run in runs[1:]] or [0.0]) - out[side]["step"] if rounds > 1 else None
+        )
     vals = [b for run in ours for b in run if b["kind"] == "val"]
     after = [run[i + 1]["step"] for run in ours for i, b in enumerate(run[:-1]) if b["kind"] == "val"]
-    out["ours"].update(validation=median([b["gather"] + b.get("val_log", 0.0) + b.get("plot_wait", 0.0) for b in vals]),
-                       plot=median([b.get("plot", 0.0) for b in vals]), plot_first=vals[0].get("plot", 0.0),
-                       plot_wait=median([b.get("plot_wait", 0.0) for b in vals]), after_validation=median(after) if after else None)
+    out["ours"].update(
+        validation=median([b["gather"] + b.get("val_log", 0.0) + b.get("plot_wait", 0.0) for b in vals]),
+        plot=median([b.get("plot", 0.0) for b in vals]),
+        plot_first=vals[0].get("plot", 0.0),
+        plot_wait=median([b.get("plot_wait", 0.0) for b in vals]),
+        after_validation=median(after) if after else None,
+    )
     out["ratio"] = out["ours"]["step"] / out["bare"]["step"]
     out["first_step_imports"] = first_step_imports()
     return out
@@ -297,16 +384,25 @@ def judge_cost(skill, model: str = "openai/gpt-4.1-mini") -> dict:
             requests = [r for r in server.requests if "Grading standards" in r["messages"][0]["content"]]
             calls += len(requests)
             sent += sum(len(m["content"]) for r in requests for m in r["messages"])
-            floor += sum(len(skill.body) + len(task.input) + sum(map(len, outputs)) + len(rubric(skill, d))
-                         for d in scorer.judged_dimensions)
+            floor += sum(
+                len(skill.body) + len(task.input) + sum(map(len, outputs)) + len(rubric(skill, d))
+                for d in scorer.judged_dimensions
+            )
             groups += 1
     use = scorer.usage
-    return {"groups": groups, "calls_per_group": calls / groups, "judged_dimensions": len(scorer.judged_dimensions),
-            "prompt_chars_per_group": sent / groups, "floor_chars_per_group": floor / groups, "ratio": sent / floor,
-            "model": model, "prompt_tokens_per_group": use.prompt_tokens / groups,
-            "completion_tokens_per_group": use.completion_tokens / groups,
-            "prompt_usd_per_group": _price(model, use.prompt_tokens, 0) / groups,
-            "usd_per_group": use.cost / groups if use.priced else None}
+    return {
+        "groups": groups,
+        "calls_per_group": calls / groups,
+        "judged_dimensions": len(scorer.judged_dimensions),
+        "prompt_chars_per_group": sent / groups,
+        "floor_chars_per_group": floor / groups,
+        "ratio": sent / floor,
+        "model": model,
+        "prompt_tokens_per_group": use.prompt_tokens / groups,
+        "completion_tokens_per_group": use.completion_tokens / groups,
+        "prompt_usd_per_group": _price(model, use.prompt_tokens, 0) / groups,
+        "usd_per_group": use.cost / groups if use.priced else None,
+    }
 
 
 def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float:
@@ -352,13 +448,24 @@ def startup(tmp: Path) -> dict:
     skill = load_skill(ROOT / "skills/git-commit")
     src = tmp / "outputs.jsonl"
     tasks = list(skill.tasks)
-    src.write_text("".join(json.dumps({"task_id": tasks[i % len(tasks)].id, "output": tasks[i % len(tasks)].reference}) + "\n"
-                           for i in range(100)))
+    src.write_text(
+        "".join(
+            json.dumps({"task_id": tasks[i % len(tasks)].id, "output": tasks[i % len(tasks)].reference}) + "\n"
+            for i in range(100)
+        )
+    )
     py = [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit"]
-    by_skill = {f.name: process_seconds([sys.executable, str(ROOT / "train_skill.py"), "--skill", f.name, "--check"])
-                for f in list_skills(ROOT / "skills")}
-    return {"check_s": max(by_skill.values()), "check_s_by_skill": by_skill,
-            "score_100_offline_s": process_seconds([*py, "--score", str(src), "--judge", "none", "--out", str(tmp / "o.jsonl")])}
+    by_skill = {
+        f.name: process_seconds([sys.executable, str(ROOT / "train_skill.py"), "--skill", f.name, "--check"])
+        for f in list_skills(ROOT / "skills")
+    }
+    return {
+        "check_s": max(by_skill.values()),
+        "check_s_by_skill": by_skill,
+        "score_100_offline_s": process_seconds(
+            [*py, "--score", str(src), "--judge", "none", "--out", str(tmp / "o.jsonl")]
+        ),
+    }
 
 
 PATHOLOGICAL = ("a", "#1", "# ", "## ", "- ", "<", "`", "1. ", "Release type: ")
@@ -402,12 +509,20 @@ def scale(tmp: Path, n: int) -> dict:
             row = json.loads(lines[i % len(lines)])
             row["id"] = f"t{i}"
             f.write(json.dumps(row) + "\n")
-    out = subprocess.run([sys.executable, "-c", SCALE_PROBE.format(root=str(ROOT), folder=str(folder))],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCALE_PROBE.format(root=str(ROOT), folder=str(folder))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     count, seconds, peak_kb, before_kb = out.stdout.split()
-    return {"tasks": int(count), "load_s": float(seconds), "peak_rss_mb": int(peak_kb) / 1024,
-            "loading_mb": (int(peak_kb) - int(before_kb)) / 1024,
-            "file_mb": (folder / "tasks.jsonl").stat().st_size / 2**20}
+    return {
+        "tasks": int(count),
+        "load_s": float(seconds),
+        "peak_rss_mb": int(peak_kb) / 1024,
+        "loading_mb": (int(peak_kb) - int(before_kb)) / 1024,
+        "file_mb": (folder / "tasks.jsonl").stat().st_size / 2**20,
+    }
 
 
 # ------------------------------------------------------------------ report
@@ -420,14 +535,20 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="8x8 only, 10,000 tasks for the scale test")
     p.add_argument("--judge-only", action="store_true", help="only the judge's cost (a few seconds)")
     p.add_argument("--step-only", action="store_true", help="only the training step, ours against bare ART, 8x8")
-    p.add_argument("--rounds", type=int, default=3, help="fresh runs per side, alternating ours and bare ART (default 3)")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="fresh runs per side, alternating ours and bare ART (default 3)"
+    )
     p.add_argument("--run-steps", type=int, default=4, help="steps per run; the first is timed apart (default 4)")
     p.add_argument("--json", type=Path, default=ROOT / "bench/out/bench.json", help="where to write the figures")
     args = p.parse_args()
     skill = load_skill(ROOT / "skills/git-commit")
     review = load_skill(ROOT / "skills/code-review")
-    figures = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-               "lp": args.lp, "lj": args.lj, "steps": []}
+    figures = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "lp": args.lp,
+        "lj": args.lj,
+        "steps": [],
+    }
     if args.judge_only:
         figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
         return report(figures, args)
@@ -439,7 +560,7 @@ def main() -> int:
             figures["derived_5mb"] = derived_worst(notes)
             figures["startup"] = startup(tmp)
             figures["scale"] = scale(tmp, 10_000 if args.quick else 100_000)
-        for g, n in ([(8, 8)] if args.quick or args.step_only else [(8, 8), (16, 8)]):
+        for g, n in [(8, 8)] if args.quick or args.step_only else [(8, 8), (16, 8)]:
             figures["steps"].append(step_overhead(skill, g, n, args.lp, args.lj, tmp, args.rounds, args.run_steps))
         if not args.step_only:
             figures["judge"] = {s.name: judge_cost(s) for s in (skill, review)}
@@ -456,30 +577,54 @@ def step_table(s: dict, args, machine: str):
         return "—" if x is None else f"{x:+.2f} s"
 
     ours, bare = s["ours"], s["bare"]
-    t = Table(title=f"training step, {s['groups']} groups x {s['rollouts']} rollouts (Lp {args.lp} s, Lj {args.lj} s; {machine}): "
-                    f"medians of the steady steps of {s['rounds']} fresh runs of {s['steps']} steps per side, alternating")
+    t = Table(
+        title=f"training step, {s['groups']} groups x {s['rollouts']} rollouts (Lp {args.lp} s, Lj {args.lj} s; {machine}): "
+        f"medians of the steady steps of {s['rounds']} fresh runs of {s['steps']} steps per side, alternating"
+    )
     for col, justify in (("phase", "left"), ("train_skill.py", "right"), ("bare ART", "right")):
         t.add_column(col, justify=justify)
-    rows = [("step (gather to log, as the loop prints it)", "step"),
-            ("  gather: rollouts, checks and judge, overlapped", "gather"),
-            ("    rollouts: start to the last answer", "rollouts"),
-            ("    judge after the last answer", "judge_tail"),
-            ("    checks (CPU, inside the gather)", "checks"),
-            ("  monitor", "monitor"),
-            ("  train (the dry-run stand-in)", "train"),
-            ("  log (model.log)", "log")]
+    rows = [
+        ("step (gather to log, as the loop prints it)", "step"),
+        ("  gather: rollouts, checks and judge, overlapped", "gather"),
+        ("    rollouts: start to the last answer", "rollouts"),
+        ("    judge after the last answer", "judge_tail"),
+        ("    checks (CPU, inside the gather)", "checks"),
+        ("  monitor", "monitor"),
+        ("  train (the dry-run stand-in)", "train"),
+        ("  log (model.log)", "log"),
+    ]
     for label, key in rows:
         t.add_row(label, sec(ours.get(key)), sec(bare.get(key)))
-    t.add_row("pydantic TypeAdapters built in a steady step (schema building)", f"{ours['adapters']:.0f}", f"{bare['adapters']:.0f}")
-    t.add_row("first step in this process, over a steady step", extra(ours["first_extra_process"]), extra(bare["first_extra_process"]))
-    t.add_row("  of which imports any ART loop's first step pays (litellm, RULER, weave; a fresh process)",
-              sec(s["first_step_imports"]), "")
-    t.add_row("first step of a later run, over a steady step", extra(ours["first_extra_run"]), extra(bare["first_extra_run"]))
-    t.add_row(f"validation ({s['groups']} tasks x {s['rollouts']}), each, as the loop waits for it", sec(ours["validation"]), "—")
+    t.add_row(
+        "pydantic TypeAdapters built in a steady step (schema building)",
+        f"{ours['adapters']:.0f}",
+        f"{bare['adapters']:.0f}",
+    )
+    t.add_row(
+        "first step in this process, over a steady step",
+        extra(ours["first_extra_process"]),
+        extra(bare["first_extra_process"]),
+    )
+    t.add_row(
+        "  of which imports any ART loop's first step pays (litellm, RULER, weave; a fresh process)",
+        sec(s["first_step_imports"]),
+        "",
+    )
+    t.add_row(
+        "first step of a later run, over a steady step", extra(ours["first_extra_run"]), extra(bare["first_extra_run"])
+    )
+    t.add_row(
+        f"validation ({s['groups']} tasks x {s['rollouts']}), each, as the loop waits for it",
+        sec(ours["validation"]),
+        "—",
+    )
     t.add_row(f"  reward plot, drawn in a thread (the first: {ours['plot_first']:.2f} s)", sec(ours["plot"]), "—")
     t.add_row("  reward plot, the loop waits for it", sec(ours["plot_wait"]), "—")
-    t.add_row("  reward plot's drawing per step at the default --eval-every 10, share of a step",
-              f"{ours['plot'] / 10 / ours['step']:.1%}", "—")
+    t.add_row(
+        "  reward plot's drawing per step at the default --eval-every 10, share of a step",
+        f"{ours['plot'] / 10 / ours['step']:.1%}",
+        "—",
+    )
     t.add_row("step right after a validation (its plot drawn meanwhile)", sec(ours["after_validation"]), "—")
     return t
 
@@ -492,24 +637,46 @@ def report(figures: dict, args) -> int:
     console.width = max(console.width, 150)
     for s in figures["steps"]:
         console.print(step_table(s, args, figures["machine"]))
-        console.print(f"train_skill.py / bare ART = {s['ratio']:.2f} (target <= 1.0); every step, first ones included: "
-                      f"ours {' '.join(f'{x:.2f}' for x in s['ours']['all_steps'])}; "
-                      f"bare {' '.join(f'{x:.2f}' for x in s['bare']['all_steps'])}")
+        console.print(
+            f"train_skill.py / bare ART = {s['ratio']:.2f} (target <= 1.0); every step, first ones included: "
+            f"ours {' '.join(f'{x:.2f}' for x in s['ours']['all_steps'])}; "
+            f"bare {' '.join(f'{x:.2f}' for x in s['bare']['all_steps'])}"
+        )
     if "judge" not in figures:
         return _write(figures, args, console)
     t = Table(title="judge cost per group of 8 outputs (mean over val tasks)")
-    for col in ("skill", "calls", "judged dims", "prompt chars", "floor chars", "ratio (target <= 1.15)",
-                "prompt tokens", "completion tokens*", "prompt $", "$ (map)"):
+    for col in (
+        "skill",
+        "calls",
+        "judged dims",
+        "prompt chars",
+        "floor chars",
+        "ratio (target <= 1.15)",
+        "prompt tokens",
+        "completion tokens*",
+        "prompt $",
+        "$ (map)",
+    ):
         t.add_column(col, justify="right")
     for name, j in figures["judge"].items():
-        t.add_row(name, f"{j['calls_per_group']:g}", str(j["judged_dimensions"]), f"{j['prompt_chars_per_group']:,.0f}",
-                  f"{j['floor_chars_per_group']:,.0f}", f"{j['ratio']:.3f}", f"{j['prompt_tokens_per_group']:,.0f}",
-                  f"{j['completion_tokens_per_group']:,.0f}", f"{j['prompt_usd_per_group']:.5f}",
-                  "—" if j["usd_per_group"] is None else f"{j['usd_per_group']:.5f}")
+        t.add_row(
+            name,
+            f"{j['calls_per_group']:g}",
+            str(j["judged_dimensions"]),
+            f"{j['prompt_chars_per_group']:,.0f}",
+            f"{j['floor_chars_per_group']:,.0f}",
+            f"{j['ratio']:.3f}",
+            f"{j['prompt_tokens_per_group']:,.0f}",
+            f"{j['completion_tokens_per_group']:,.0f}",
+            f"{j['prompt_usd_per_group']:.5f}",
+            "—" if j["usd_per_group"] is None else f"{j['usd_per_group']:.5f}",
+        )
     console.print(t)
     model = next(iter(figures["judge"].values()))["model"]
-    console.print(f"tokens: tiktoken's count for {model} as the test server reports it; $: LiteLLM's local price map for "
-                  f"{model}. *completion: the test server's short answers; a real judge writes longer explanations.")
+    console.print(
+        f"tokens: tiktoken's count for {model} as the test server reports it; $: LiteLLM's local price map for "
+        f"{model}. *completion: the test server's short answers; a real judge writes longer explanations."
+    )
     if "throughput" not in figures:
         return _write(figures, args, console)
     t = Table(title="scorer, start-up and scale")
@@ -521,12 +688,19 @@ def report(figures: dict, args) -> int:
     t.add_row("code-review deterministic scoring", f"{tp['code-review']:,.0f} outputs/s", ">= 5,000")
     t.add_row("release-notes deterministic scoring (derived checks only)", f"{tp['release-notes']:,.0f} outputs/s", "")
     d5 = figures["derived_5mb"]
-    t.add_row(f"{d5['skill']}: its {d5['checks']} derived checks on a 5 MB single-line output (worst shape {d5['shape']!r})",
-              f"{d5['seconds']:.2f} s", "linear")
+    t.add_row(
+        f"{d5['skill']}: its {d5['checks']} derived checks on a 5 MB single-line output (worst shape {d5['shape']!r})",
+        f"{d5['seconds']:.2f} s",
+        "linear",
+    )
     slowest = max(su["check_s_by_skill"], key=su["check_s_by_skill"].get)
     t.add_row(f"--check, whole process (slowest shipped skill: {slowest})", f"{su['check_s']:.2f} s", "<= 1.5 s")
     t.add_row("--score --judge none, 100 outputs, whole process", f"{su['score_100_offline_s']:.2f} s", "")
-    t.add_row(f"load {sc['tasks']:,} tasks ({sc['file_mb']:.0f} MB)", f"{sc['load_s']:.2f} s, peak RSS {sc['peak_rss_mb']:.0f} MB (+{sc['loading_mb']:.0f} MB)", "")
+    t.add_row(
+        f"load {sc['tasks']:,} tasks ({sc['file_mb']:.0f} MB)",
+        f"{sc['load_s']:.2f} s, peak RSS {sc['peak_rss_mb']:.0f} MB (+{sc['loading_mb']:.0f} MB)",
+        "",
+    )
     console.print(t)
     return _write(figures, args, console)
 

@@ -25,8 +25,13 @@ from skill_rl.scoring.rubric import skill_checks  # noqa: E402
 from skill_rl.skills import load_skill  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
-HELD_OUT = "release-please"  # tests/data/README.md: measured, never tuned on
-FIXTURES = {"git-commit": "git-commit-*.jsonl", "release-notes": "release-notes-*.jsonl", "code-review": "review-*.jsonl"}
+# tests/data/README.md: measured, never tuned on
+HELD_OUT = "release-please"
+FIXTURES = {
+    "git-commit": "git-commit-*.jsonl",
+    "release-notes": "release-notes-*.jsonl",
+    "code-review": "review-*.jsonl",
+}
 
 
 def report(skill_name: str, paths: list[Path]) -> int:
@@ -36,7 +41,8 @@ def report(skill_name: str, paths: list[Path]) -> int:
     from skill_rl.scoring.derived import derive
 
     skill = load_skill(ROOT / "skills" / skill_name, with_tasks=False)
-    off = [] if skill.derive else [d.fn for d in derive(skill).checks]  # what SKILL.md's prose would check
+    # what SKILL.md's prose would check
+    off = [] if skill.derive else [d.fn for d in derive(skill).checks]
     cals = {}
     for path in paths:
         for expect in (True, False):
@@ -59,14 +65,26 @@ def report(skill_name: str, paths: list[Path]) -> int:
         kind = with_e.kind[0].upper() + (", derived, not used" if name in unused else "")
         table.add_row(f"{name} ({kind})", *rates)
     for expect in (True, False):
-        table.add_row(f"reward < {calibration.LOW}, {'with' if expect else 'without'} expect",
-                      *(f"{sum(r < calibration.LOW - 1e-9 for r in cals[p, expect].rewards)}/{cals[p, expect].kept} "
-                        f"({cals[p, expect].low:.1%})" for p in paths))
-    table.add_row("references kept (every gate passes)", *(f"{cals[p, True].kept}/{cals[p, True].tasks}" for p in paths))
+        table.add_row(
+            f"reward < {calibration.LOW}, {'with' if expect else 'without'} expect",
+            *(
+                f"{sum(r < calibration.LOW - 1e-9 for r in cals[p, expect].rewards)}/{cals[p, expect].kept} "
+                f"({cals[p, expect].low:.1%})"
+                for p in paths
+            ),
+        )
+    table.add_row(
+        "references kept (every gate passes)", *(f"{cals[p, True].kept}/{cals[p, True].tasks}" for p in paths)
+    )
     Console(width=220).print(table)
-    for c in cals.values():  # the checks not used are measured, not held to the bounds
+    # the checks not used are measured, not held to the bounds
+    for c in cals.values():
         c.checks = {n: r for n, r in c.checks.items() if n not in unused}
-    bad = [line for (p, e), c in cals.items() for line in calibration.problems(c, f"{p.name} ({'with' if e else 'without'} expect)")]
+    bad = [
+        line
+        for (p, e), c in cals.items()
+        for line in calibration.problems(c, f"{p.name} ({'with' if e else 'without'} expect)")
+    ]
     print("\n".join(bad) if bad else "every check within the bounds on every fixture")
     return 1 if bad else 0
 

@@ -29,9 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-import train_skill  # noqa: E402
 from cpu_learning import val_samples  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
+
+import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 from skill_rl.training.history import rows as history_rows  # noqa: E402
 
@@ -39,8 +40,24 @@ SKILLS = ROOT / "skills"
 
 
 def command(a, *more: str) -> list[str]:
-    return ["--skills-dir", str(SKILLS), "--skill", "git-commit", "--backend", "cpu", "--judge", "none", "--quiet",
-            "--limit", str(a.val_tasks), "--eval-every", str(a.steps + 1), "--seed", str(a.seed), *more]
+    return [
+        "--skills-dir",
+        str(SKILLS),
+        "--skill",
+        "git-commit",
+        "--backend",
+        "cpu",
+        "--judge",
+        "none",
+        "--quiet",
+        "--limit",
+        str(a.val_tasks),
+        "--eval-every",
+        str(a.steps + 1),
+        "--seed",
+        str(a.seed),
+        *more,
+    ]
 
 
 def history(run_dir: Path) -> list[dict]:
@@ -52,9 +69,26 @@ def greedy(a, run_dir: Path, work: Path) -> list[dict]:
     server = cpu.serve_checkpoint(run_dir)
     try:
         with contextlib.chdir(work), contextlib.redirect_stdout(sys.stderr):
-            train_skill.main(["--skills-dir", str(SKILLS), "--skill", "git-commit", "--eval", "--judge", "none", "--quiet",
-                              "--limit", str(a.val_tasks), "--model", f"trained@{server.url}",
-                              "--max-tokens", str(cpu.DEFAULTS["max_tokens"]), "--out", str(work / "eval")])
+            train_skill.main(
+                [
+                    "--skills-dir",
+                    str(SKILLS),
+                    "--skill",
+                    "git-commit",
+                    "--eval",
+                    "--judge",
+                    "none",
+                    "--quiet",
+                    "--limit",
+                    str(a.val_tasks),
+                    "--model",
+                    f"trained@{server.url}",
+                    "--max-tokens",
+                    str(cpu.DEFAULTS["max_tokens"]),
+                    "--out",
+                    str(work / "eval"),
+                ]
+            )
     finally:
         server.close()
     rows = [json.loads(line) for line in (work / "eval" / "records.jsonl").read_text().splitlines() if line.strip()]
@@ -84,10 +118,21 @@ def arm(a, warm: Path, coef: float) -> dict:
     types = Counter(checks.parse(r["output"]).type for r in records)
     mean = lambda key: sum(r["metrics"].get(key) or 0.0 for r in records) / len(records)  # noqa: E731
     kl = {r["step"]: r["loss/kl_policy_ref"] for r in rows if "loss/kl_policy_ref" in r}
-    return {"kl_coef": coef, "exit": code, "minutes": seconds / 60, "val_step": last, "val_reward": sum(rewards) / len(rewards),
-            "val_ci": [low, high], "val_n": len(rewards), "greedy_n": len(records), "types": dict(types.most_common()),
-            "type_right": mean("check/type_right"), "breaking_right": mean("check/breaking_right"), "kl": kl,
-            "outputs": [r["output"] for r in records]}
+    return {
+        "kl_coef": coef,
+        "exit": code,
+        "minutes": seconds / 60,
+        "val_step": last,
+        "val_reward": sum(rewards) / len(rewards),
+        "val_ci": [low, high],
+        "val_n": len(rewards),
+        "greedy_n": len(records),
+        "types": dict(types.most_common()),
+        "type_right": mean("check/type_right"),
+        "breaking_right": mean("check/breaking_right"),
+        "kl": kl,
+        "outputs": [r["output"] for r in records],
+    }
 
 
 def warmed(warm: Path) -> bool:
@@ -100,24 +145,37 @@ def warmed(warm: Path) -> bool:
 
 
 def show(arms: list[dict]) -> None:
-    print("\narm | val reward (95 % CI, n) | greedy: distinct types, most common | type_right | breaking_right | minutes")
+    print(
+        "\narm | val reward (95 % CI, n) | greedy: distinct types, most common | type_right | breaking_right | minutes"
+    )
     for r in arms:
         top = next(iter(r["types"].items()), (None, 0))
-        print(f"--kl-coef {r['kl_coef']:g} | {r['val_reward']:.3f} ({r['val_ci'][0]:.3f}-{r['val_ci'][1]:.3f}, n={r['val_n']}) "
-              f"at step {r['val_step']} | {len(r['types'])} of {r['greedy_n']}, {top[0]} x{top[1]} | {r['type_right']:.3f} | "
-              f"{r['breaking_right']:.3f} | {r['minutes']:.1f}")
+        print(
+            f"--kl-coef {r['kl_coef']:g} | {r['val_reward']:.3f} ({r['val_ci'][0]:.3f}-{r['val_ci'][1]:.3f}, n={r['val_n']}) "
+            f"at step {r['val_step']} | {len(r['types'])} of {r['greedy_n']}, {top[0]} x{top[1]} | {r['type_right']:.3f} | "
+            f"{r['breaking_right']:.3f} | {r['minutes']:.1f}"
+        )
     for r in arms:
-        print(f"--kl-coef {r['kl_coef']:g}: KL to the warm start per step: "
-              + ", ".join(f"{s}: {v:.4f}" for s, v in sorted(r["kl"].items())))
+        print(
+            f"--kl-coef {r['kl_coef']:g}: KL to the warm start per step: "
+            + ", ".join(f"{s}: {v:.4f}" for s, v in sorted(r["kl"].items()))
+        )
         print(f"--kl-coef {r['kl_coef']:g}: greedy types: {r['types']}")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kl-coef", type=float, action="append", default=None,
-                   help="an arm (0: no penalty, the KL measured); repeatable, run in the order given (default 0.5, then 0)")
+    p.add_argument(
+        "--kl-coef",
+        type=float,
+        action="append",
+        default=None,
+        help="an arm (0: no penalty, the KL measured); repeatable, run in the order given (default 0.5, then 0)",
+    )
     p.add_argument("--steps", type=int, default=cpu.DEFAULTS["steps"], help="RL steps per arm, after the warm start")
-    p.add_argument("--val-tasks", type=int, default=24, help="val tasks validated and evaluated greedily (default all 24)")
+    p.add_argument(
+        "--val-tasks", type=int, default=24, help="val tasks validated and evaluated greedily (default all 24)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
@@ -129,7 +187,8 @@ def main() -> int:
     if warmed(warm):
         print(f"warm start: done before in {warm}; reused", flush=True)
     else:
-        with contextlib.chdir(warm):  # the warm start alone, validated before and after
+        # the warm start alone, validated before and after
+        with contextlib.chdir(warm):
             code = train_skill.main(command(a, "--sft", "--steps", "0"))
         print(f"warm start: exit {code}, {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     arms = []

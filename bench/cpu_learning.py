@@ -19,8 +19,8 @@ import argparse
 import contextlib
 import io
 import json
-import resource
 import re
+import resource
 import sys
 import time
 from collections import Counter
@@ -29,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-import train_skill  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
+
+import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 from skill_rl.training.history import rows as history_rows  # noqa: E402
 
@@ -85,23 +86,41 @@ def rl_gain(run_dir: Path, rows: list[dict]) -> str:
     (warm, warm_h), (last, last_h) = val_samples(run_dir, 1), val_samples(run_dir, steps[-1])
     (a, b), (c, d) = _bootstrap(warm), _bootstrap(last)
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    return (f"RL after the warm start: val reward {mean(warm):.3f} (95 % {a:.3f}-{b:.3f}, n={len(warm)}) at step 1 -> "
-            f"{mean(last):.3f} ({c:.3f}-{d:.3f}, n={len(last)}) at step {steps[-1]}: {mean(last) - mean(warm):+.3f}, intervals "
-            f"{'apart' if c > b or d < a else 'overlap'}; sampled header rate {mean(warm_h):.3f} -> {mean(last_h):.3f}")
+    return (
+        f"RL after the warm start: val reward {mean(warm):.3f} (95 % {a:.3f}-{b:.3f}, n={len(warm)}) at step 1 -> "
+        f"{mean(last):.3f} ({c:.3f}-{d:.3f}, n={len(last)}) at step {steps[-1]}: {mean(last) - mean(warm):+.3f}, intervals "
+        f"{'apart' if c > b or d < a else 'overlap'}; sampled header rate {mean(warm_h):.3f} -> {mean(last_h):.3f}"
+    )
 
 
 def show(rows: list[dict]) -> None:
-    cols = ["train/reward", "train/format", "train/correctness", "val/reward", "val/format", "val/check/conventional",
-            "val/correctness", "val/check/grounded", "seconds"]
+    cols = [
+        "train/reward",
+        "train/format",
+        "train/correctness",
+        "val/reward",
+        "val/format",
+        "val/check/conventional",
+        "val/correctness",
+        "val/check/grounded",
+        "seconds",
+    ]
     print("\nstep | " + " | ".join(cols) + "   (step 0: the base model; step 1: the warm start)")
     for r in rows:
-        print(f"{r['step']:>4} | " + " | ".join("   —  " if r.get(c) is None else f"{r[c]:6.3f}" if c != "seconds" else f"{r[c]:6.1f}"
-                                             for c in cols))
+        print(
+            f"{r['step']:>4} | "
+            + " | ".join(
+                "   —  " if r.get(c) is None else f"{r[c]:6.3f}" if c != "seconds" else f"{r[c]:6.1f}" for c in cols
+            )
+        )
 
 
 def outputs(eval_dir: Path, label: str) -> list[str]:
-    return [r["output"] for r in map(json.loads, (eval_dir / "records.jsonl").read_text().splitlines())
-            if r.get("model") == label and "output" in r]
+    return [
+        r["output"]
+        for r in map(json.loads, (eval_dir / "records.jsonl").read_text().splitlines())
+        if r.get("model") == label and "output" in r
+    ]
 
 
 def main() -> int:
@@ -127,11 +146,35 @@ def main() -> int:
 
     tee = Tee(sys.stdout)
     with contextlib.chdir(work), contextlib.redirect_stdout(tee):
-        code = train_skill.main([
-            "--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu", "--judge", "none",
-            "--steps", str(a.steps), "--groups-per-step", str(a.groups), "--rollouts-per-group", str(a.rollouts),
-            "--max-tokens", str(a.max_tokens), "--learning-rate", str(a.learning_rate), "--eval-every", str(a.eval_every),
-            "--limit", str(a.val_tasks), "--sft-learning-rate", str(a.sft_learning_rate), "--no-sft" if a.no_sft else "--sft"])
+        code = train_skill.main(
+            [
+                "--skills-dir",
+                str(skills),
+                "--skill",
+                "git-commit",
+                "--backend",
+                "cpu",
+                "--judge",
+                "none",
+                "--steps",
+                str(a.steps),
+                "--groups-per-step",
+                str(a.groups),
+                "--rollouts-per-group",
+                str(a.rollouts),
+                "--max-tokens",
+                str(a.max_tokens),
+                "--learning-rate",
+                str(a.learning_rate),
+                "--eval-every",
+                str(a.eval_every),
+                "--limit",
+                str(a.val_tasks),
+                "--sft-learning-rate",
+                str(a.sft_learning_rate),
+                "--no-sft" if a.no_sft else "--sft",
+            ]
+        )
     train_s = time.perf_counter() - started - load_s
     run_dir = next((work / ".art").rglob("history.jsonl")).parent
     seconds = {int(s): float(t) for s, t in STEP_LINE.findall(tee.copy.getvalue())}
@@ -140,9 +183,29 @@ def main() -> int:
     server = cpu.serve_checkpoint(run_dir)
     try:
         with contextlib.chdir(work):
-            train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--eval", "--judge", "none", "--limit", str(a.val_tasks),
-                              "--model", f"base@{server.url}", "--model", f"trained@{server.url}", "--api-key", server.api_key,
-                              "--max-tokens", str(a.max_tokens), "--out", str(work / "eval")])
+            train_skill.main(
+                [
+                    "--skills-dir",
+                    str(skills),
+                    "--skill",
+                    "git-commit",
+                    "--eval",
+                    "--judge",
+                    "none",
+                    "--limit",
+                    str(a.val_tasks),
+                    "--model",
+                    f"base@{server.url}",
+                    "--model",
+                    f"trained@{server.url}",
+                    "--api-key",
+                    server.api_key,
+                    "--max-tokens",
+                    str(a.max_tokens),
+                    "--out",
+                    str(work / "eval"),
+                ]
+            )
     finally:
         server.close()
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -150,16 +213,32 @@ def main() -> int:
     print(rl_gain(run_dir, rows))
     trained = outputs(work / "eval", "trained")
     headers = Counter(o.strip().split("\n")[0] for o in trained)
-    print(f"\nexit status of the run {code}; model load {load_s:.1f} s; training with validation {train_s / 60:.1f} min; "
-          f"peak memory {peak_gb:.1f} GB")
-    print(f"trained model on {len(trained)} val diffs: {len(headers)} distinct headers; most common: "
-          f"{headers.most_common(1)[0] if headers else None}")
+    print(
+        f"\nexit status of the run {code}; model load {load_s:.1f} s; training with validation {train_s / 60:.1f} min; "
+        f"peak memory {peak_gb:.1f} GB"
+    )
+    print(
+        f"trained model on {len(trained)} val diffs: {len(headers)} distinct headers; most common: "
+        f"{headers.most_common(1)[0] if headers else None}"
+    )
     for o in trained[:5]:
         print("  ---\n  " + o.strip().replace("\n", "\n  "))
     if a.json:
-        a.json.write_text(json.dumps({"load_s": load_s, "train_s": train_s, "peak_gb": peak_gb, "steps": rows,
-                                      "exit": code, "args": {k: str(v) for k, v in vars(a).items()},
-                                      "trained_outputs": trained, "base_outputs": outputs(work / "eval", "base")}, indent=1))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "load_s": load_s,
+                    "train_s": train_s,
+                    "peak_gb": peak_gb,
+                    "steps": rows,
+                    "exit": code,
+                    "args": {k: str(v) for k, v in vars(a).items()},
+                    "trained_outputs": trained,
+                    "base_outputs": outputs(work / "eval", "base"),
+                },
+                indent=1,
+            )
+        )
     return code
 
 

@@ -27,22 +27,46 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from machine import cpu_workdir  # noqa: E402
+
 from skill_rl import cpu  # noqa: E402
 from skill_rl.training.history import rows as history_rows  # noqa: E402
 
-BASELINE = "749bbdf"  # main before bf16 and batched decoding (float32, one prompt's rows decoded at a time)
+# main before bf16 and batched decoding (float32, one prompt's rows decoded at a time)
+BASELINE = "749bbdf"
 STEP_LINE = re.compile(r"^step +(\d+) \|.*\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
 PEAK = re.compile(r"^peak-rss-kb (\d+)$", re.M)
-WRAP = ("import resource, runpy, sys; sys.argv = sys.argv[1:]\n"
-        "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-        "finally:\n    print('peak-rss-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)")
+WRAP = (
+    "import resource, runpy, sys; sys.argv = sys.argv[1:]\n"
+    "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "finally:\n    print('peak-rss-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)"
+)
 
 
 def run(tree: Path, work: Path, steps: int, extra: list[str]) -> str:
     """train_skill.py from `tree` in `work`, the rehearsal's defaults and --judge none; its output."""
-    cmd = [sys.executable, "-c", WRAP, str(tree / "train_skill.py"), "--skills-dir", str(ROOT / "skills"),
-           "--skill", "git-commit", "--backend", "cpu", "--judge", "none", "--steps", str(steps), "--limit", "1",
-           "--eval-every", "1000", "--run-name", "steps", *extra]
+    cmd = [
+        sys.executable,
+        "-c",
+        WRAP,
+        str(tree / "train_skill.py"),
+        "--skills-dir",
+        str(ROOT / "skills"),
+        "--skill",
+        "git-commit",
+        "--backend",
+        "cpu",
+        "--judge",
+        "none",
+        "--steps",
+        str(steps),
+        "--limit",
+        "1",
+        "--eval-every",
+        "1000",
+        "--run-name",
+        "steps",
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if out.returncode:
@@ -60,8 +84,15 @@ def figures(work: Path, stdout: str, after: int) -> dict:
     rollouts = cpu.DEFAULTS["groups_per_step"] * cpu.DEFAULTS["rollouts_per_group"]
     generated = sum(h["train/completion_tokens"] * rollouts for h in rows) / n
     trained = sum(h.get("train/cpu/trained_tokens", 0.0) for h in rows) / n
-    return {"steps": n, "step_s": total, "generate_s": total - train, "train_s": train, "generated_tokens": generated,
-            "trained_tokens": trained, "peak_gb": int(PEAK.findall(stdout)[-1]) / 2**20}
+    return {
+        "steps": n,
+        "step_s": total,
+        "generate_s": total - train,
+        "train_s": train,
+        "generated_tokens": generated,
+        "trained_tokens": trained,
+        "peak_gb": int(PEAK.findall(stdout)[-1]) / 2**20,
+    }
 
 
 def main() -> int:
@@ -87,14 +118,20 @@ def main() -> int:
             result[name] = figures(work, run(tree, work, 1 + a.steps, []), start)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)], check=False)
-    print(f"\nRL step at the rehearsal's defaults ({cpu.DEFAULTS['groups_per_step']} tasks x "
-          f"{cpu.DEFAULTS['rollouts_per_group']} answers, git-commit, --judge none); old = {a.baseline}, new = this tree")
-    print("| path | steps | step s | generation s (share) | generated tok/s | training s (share) | trained tok/s | peak GB |")
+    print(
+        f"\nRL step at the rehearsal's defaults ({cpu.DEFAULTS['groups_per_step']} tasks x "
+        f"{cpu.DEFAULTS['rollouts_per_group']} answers, git-commit, --judge none); old = {a.baseline}, new = this tree"
+    )
+    print(
+        "| path | steps | step s | generation s (share) | generated tok/s | training s (share) | trained tok/s | peak GB |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, f in result.items():
-        print(f"| {name} | {f['steps']} | {f['step_s']:.1f} | {f['generate_s']:.1f} ({f['generate_s'] / f['step_s']:.0%}) | "
-              f"{f['generated_tokens'] / f['generate_s']:.1f} | {f['train_s']:.1f} ({f['train_s'] / f['step_s']:.0%}) | "
-              f"{f['trained_tokens'] / f['train_s']:.1f} | {f['peak_gb']:.1f} |")
+        print(
+            f"| {name} | {f['steps']} | {f['step_s']:.1f} | {f['generate_s']:.1f} ({f['generate_s'] / f['step_s']:.0%}) | "
+            f"{f['generated_tokens'] / f['generate_s']:.1f} | {f['train_s']:.1f} ({f['train_s'] / f['step_s']:.0%}) | "
+            f"{f['trained_tokens'] / f['train_s']:.1f} | {f['peak_gb']:.1f} |"
+        )
     print(f"new step time / old: {result['new']['step_s'] / result['old']['step_s']:.2f}")
     if a.json:
         a.json.write_text(json.dumps({"baseline": a.baseline, **result}, indent=1))

@@ -29,7 +29,8 @@ from skill_rl.skills import load_skill  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 FIXTURES = {"code-review": "review-*.jsonl", "release-notes": "release-notes-*.jsonl"}
-HELD_OUT = "release-please"  # tests/data/README.md: measured, never tuned on
+# tests/data/README.md: measured, never tuned on
+HELD_OUT = "release-please"
 LOW = 0.8
 
 
@@ -39,9 +40,11 @@ class Above:
 
     family: str
     above: int = 0
-    below: int = 0  # tasks where it scored strictly below: the reward tells it from the real answer
+    # tasks where it scored strictly below: the reward tells it from the real answer
+    below: int = 0
     tasks: int = 0
-    first: str = ""  # the first task where it scored above, for the report
+    # the first task where it scored above, for the report
+    first: str = ""
 
     @property
     def rate(self) -> float:
@@ -61,11 +64,17 @@ def measure(skill, expect: bool) -> tuple[list[Above], list[float]]:
     for task in tasks:
         made = {e.name: out for e in families if isinstance(out := e.make(ctx, task), str) and out != task.reference}
         bare = task.model_copy(update={"reference": None})
-        rows.append((task, list(made), list(made.items()), score_offline(skill, bare, [task.reference, *made.values()])))
+        rows.append(
+            (task, list(made), list(made.items()), score_offline(skill, bare, [task.reference, *made.values()]))
+        )
     errors = sum(len(score.check_errors) for *_, scores in rows for score in scores)
-    if errors:  # a check that ran past its second (a loaded machine) is scored as failing: the figures would lie
-        print(f"warning: {errors} check error(s) (timeouts?) while scoring {skill.name}: these rates are not valid; "
-              "run again on a quieter machine", file=sys.stderr)
+    # a check that ran past its second (a loaded machine) is scored as failing: the figures would lie
+    if errors:
+        print(
+            f"warning: {errors} check error(s) (timeouts?) while scoring {skill.name}: these rates are not valid; "
+            "run again on a quieter machine",
+            file=sys.stderr,
+        )
     stepped = exploits._in_a_step(rows, repeats, skill)
     rates = {e.name: Above(e.name) for e in families}
     for task, _, pairs, scores in stepped:
@@ -101,16 +110,20 @@ def report(name: str) -> None:
     sets = fixtures(name)
     for expect in (True, False):
         measured = {label: measure(skill, expect) for label, skill in sets.items()}
-        table = Table(title=f"{name}, {'with expect' if expect else 'without expect'}: tasks where "
-                            "the output scored strictly above the real answer (below it), checks only, in a step, without references")
+        table = Table(
+            title=f"{name}, {'with expect' if expect else 'without expect'}: tasks where "
+            "the output scored strictly above the real answer (below it), checks only, in a step, without references"
+        )
         table.add_column("output")
-        for label, skill in sets.items():
+        for label in sets:
             table.add_column(label.replace(" (", "\n("), justify="right")
         columns = [{r.family: r for r in rates} for rates, _ in measured.values()]
         for family in columns[0]:
             table.add_row(family, *(cell(c[family]) for c in columns))
-        table.add_row(f"real answers below {LOW}", *(f"{sum(r < LOW - 1e-9 for r in human)}/{len(human)}"
-                                                     for _, human in measured.values()))
+        table.add_row(
+            f"real answers below {LOW}",
+            *(f"{sum(r < LOW - 1e-9 for r in human)}/{len(human)}" for _, human in measured.values()),
+        )
         Console(width=200).print(table)
 
 

@@ -18,7 +18,8 @@ def cpu_workdir(prefix: str, chosen: Path | None = None) -> Path:
     cpu.quiet_threads()
     if chosen is None:
         return Path(tempfile.mkdtemp(prefix=prefix))
-    try:  # a bench's --workdir: where to keep its run, new or not
+    # a bench's --workdir: where to keep its run, new or not
+    try:
         chosen.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         print(f"error: --workdir {chosen}: {e.strerror or e}", file=sys.stderr)

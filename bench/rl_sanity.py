@@ -27,8 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-import train_skill  # noqa: E402
 from machine import cpu_workdir  # noqa: E402
+
+import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
 from skill_rl.training.history import rows as history_rows  # noqa: E402
 
@@ -67,16 +68,33 @@ def answer_first(output: str, task: Task) -> float:
     return 1.0 if text.startswith("Answer:") else 0.5 if "Answer:" in text else 0.0
 '''
 QUESTIONS = [
-    "What is the capital of France?", "How many legs does a spider have?", "What do bees make?",
-    "What is frozen water called?", "Which planet is closest to the sun?", "What colour is grass?",
-    "How many days are in a week?", "What animal says moo?", "What is two plus three?",
-    "Which ocean is the largest?", "What do you call a baby dog?", "What gas do plants take in?",
-    "How many minutes are in an hour?", "What is the opposite of hot?", "Which month comes after May?",
-    "What shape has three sides?", "What is the boiling point of water in Celsius?", "What metal is a magnet drawn to?",
-    "What do caterpillars turn into?", "How many wheels does a bicycle have?", "What is the largest mammal?",
-    "Which direction does the sun rise in?", "What language is spoken in Spain?", "What is the colour of a ripe banana?",
+    "What is the capital of France?",
+    "How many legs does a spider have?",
+    "What do bees make?",
+    "What is frozen water called?",
+    "Which planet is closest to the sun?",
+    "What colour is grass?",
+    "How many days are in a week?",
+    "What animal says moo?",
+    "What is two plus three?",
+    "Which ocean is the largest?",
+    "What do you call a baby dog?",
+    "What gas do plants take in?",
+    "How many minutes are in an hour?",
+    "What is the opposite of hot?",
+    "Which month comes after May?",
+    "What shape has three sides?",
+    "What is the boiling point of water in Celsius?",
+    "What metal is a magnet drawn to?",
+    "What do caterpillars turn into?",
+    "How many wheels does a bicycle have?",
+    "What is the largest mammal?",
+    "Which direction does the sun rise in?",
+    "What language is spoken in Spain?",
+    "What is the colour of a ripe banana?",
 ]
-VAL = 8  # the first VAL questions are held out
+# the first VAL questions are held out
+VAL = 8
 STEP_LINE = re.compile(r"^step +(\d+) \|.*?\| ([0-9.]+) s(?: \| warning: .*)?$", re.M)
 
 
@@ -85,9 +103,12 @@ def write_skill(root: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "SKILL.md").write_text(SKILL)
     (folder / "checks.py").write_text(CHECKS)
-    (folder / "tasks.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i:02d}", "input": q, "split": "val" if i < VAL else "train"}) + "\n"
-        for i, q in enumerate(QUESTIONS)))
+    (folder / "tasks.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"q{i:02d}", "input": q, "split": "val" if i < VAL else "train"}) + "\n"
+            for i, q in enumerate(QUESTIONS)
+        )
+    )
     return folder.parent
 
 
@@ -112,11 +133,35 @@ def main() -> int:
             return sys.__stdout__.write(text)
 
     with contextlib.chdir(work), contextlib.redirect_stdout(Tee()):
-        code = train_skill.main([
-            "--skills-dir", str(skills), "--skill", "answer-first", "--backend", "cpu", "--no-sft", "--judge", "none",
-            "--format-only-reward", "--steps", str(a.steps), "--groups-per-step", str(a.groups),
-            "--rollouts-per-group", str(a.rollouts), "--max-tokens", str(a.max_tokens), "--learning-rate",
-            str(a.learning_rate), "--eval-every", str(a.eval_every), "--limit", str(VAL), "--quiet"])
+        code = train_skill.main(
+            [
+                "--skills-dir",
+                str(skills),
+                "--skill",
+                "answer-first",
+                "--backend",
+                "cpu",
+                "--no-sft",
+                "--judge",
+                "none",
+                "--format-only-reward",
+                "--steps",
+                str(a.steps),
+                "--groups-per-step",
+                str(a.groups),
+                "--rollouts-per-group",
+                str(a.rollouts),
+                "--max-tokens",
+                str(a.max_tokens),
+                "--learning-rate",
+                str(a.learning_rate),
+                "--eval-every",
+                str(a.eval_every),
+                "--limit",
+                str(VAL),
+                "--quiet",
+            ]
+        )
     minutes = (time.perf_counter() - started) / 60
     history = next((work / ".art").rglob("history.jsonl"))
     val, train = {}, {}
@@ -126,18 +171,35 @@ def main() -> int:
                 into[row["step"]] = row[f"{split}/reward"]
     seconds = [float(s) for _, s in STEP_LINE.findall(out.getvalue())]
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"\nRL alone, from the base model: {a.groups} tasks x {a.rollouts} answers a step, learning rate {a.learning_rate:g}")
-    print("step | train reward (the step's own answers, before its update) | val reward (sampled at temperature 1 on "
-          f"{VAL} val questions x {a.rollouts}); reward: the first line starts with `Answer:`")
+    print(
+        f"\nRL alone, from the base model: {a.groups} tasks x {a.rollouts} answers a step, learning rate {a.learning_rate:g}"
+    )
+    print(
+        "step | train reward (the step's own answers, before its update) | val reward (sampled at temperature 1 on "
+        f"{VAL} val questions x {a.rollouts}); reward: the first line starts with `Answer:`"
+    )
     for step in sorted(set(val) | set(train)):
         print(f"{step:>4} | " + " | ".join("  —  " if d.get(step) is None else f"{d[step]:.3f}" for d in (train, val)))
     first, last = train[min(train)], val[max(val)]
-    print(f"start (step 1's answers, the base model's) {first:.3f} -> end (val at step {max(val)}) {last:.3f}; "
-          f"exit status {code}; {minutes:.1f} min in all; RL step "
-          f"{min(seconds, default=0):.1f}-{max(seconds, default=0):.1f} s; peak memory {peak_gb:.1f} GB")
+    print(
+        f"start (step 1's answers, the base model's) {first:.3f} -> end (val at step {max(val)}) {last:.3f}; "
+        f"exit status {code}; {minutes:.1f} min in all; RL step "
+        f"{min(seconds, default=0):.1f}-{max(seconds, default=0):.1f} s; peak memory {peak_gb:.1f} GB"
+    )
     if a.json:
-        a.json.write_text(json.dumps({"val": val, "train": train, "step_seconds": seconds, "minutes": minutes, "exit": code,
-                                      "args": {k: str(v) for k, v in vars(a).items()}}, indent=1))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "val": val,
+                    "train": train,
+                    "step_seconds": seconds,
+                    "minutes": minutes,
+                    "exit": code,
+                    "args": {k: str(v) for k, v in vars(a).items()},
+                },
+                indent=1,
+            )
+        )
     return code
 
 

@@ -5,5 +5,6 @@ import sys
 if __name__ == "__main__":
     from train_skill import main
 
-    sys.argv[0] = "python -m skill_rl"  # for --help
+    # for --help
+    sys.argv[0] = "python -m skill_rl"
     sys.exit(main())

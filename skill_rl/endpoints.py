@@ -23,14 +23,19 @@ class Endpoint:
     model: str
     base_url: str | None
     api_key: str = field(repr=False, default="none")
-    with_skill: bool = True  # False: the --baseline arm, prompted without SKILL.md
-    without: str = "description"  # what stands in for SKILL.md in that arm (--without-skill; prompts.WITHOUT)
+    # False: the --baseline arm, prompted without SKILL.md
+    with_skill: bool = True
+    # what stands in for SKILL.md in that arm (--without-skill; prompts.WITHOUT)
+    without: str = "description"
 
 
 def with_baselines(endpoints: list[Endpoint], without: str = "description") -> list[Endpoint]:
     """Each endpoint followed by its no-skill arm."""
-    return [arm for ep in endpoints
-            for arm in (ep, replace(ep, label=f"{ep.label} (no skill)", with_skill=False, without=without))]
+    return [
+        arm
+        for ep in endpoints
+        for arm in (ep, replace(ep, label=f"{ep.label} (no skill)", with_skill=False, without=without))
+    ]
 
 
 def parse_spec(spec: str, base_url: str | None, api_key: str | None) -> Endpoint:
@@ -56,25 +61,48 @@ def client(ep: Endpoint, timeout: float):
     return AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key, max_retries=2, timeout=timeout)
 
 
-async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature: float,
-                   max_tokens: int, gate: asyncio.Semaphore, prompt_tokens: list | None = None) -> list[tuple[str, str | None]]:
+async def generate(
+    client,
+    ep: Endpoint,
+    skill: Skill,
+    task: Task,
+    samples: int,
+    temperature: float,
+    max_tokens: int,
+    gate: asyncio.Semaphore,
+    prompt_tokens: list | None = None,
+) -> list[tuple[str, str | None]]:
     """`samples` (output, finish_reason) pairs from one endpoint for one task, SKILL.md as the system message
     (what --without-skill names for a --baseline arm). `prompt_tokens`, if given, gets the prompt's tokens as the
     server counted them (usage), else as estimated (a negative number: prompts.estimated_tokens, negated)."""
     messages = prompts.messages(skill, task, ep.with_skill, ep.without)
-    total = float(client.timeout)  # the client's own timeout is per read: a server trickling bytes never trips it
+    # the client's own timeout is per read: a server trickling bytes never trips it
+    total = float(client.timeout)
     async with gate:
-        completion = await whole(client.chat.completions.create(
-            model=ep.model, n=samples if samples > 1 else None, temperature=temperature, max_tokens=max_tokens,
-            messages=messages), total)
-    outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]  # servers echo keys
+        completion = await whole(
+            client.chat.completions.create(
+                model=ep.model,
+                n=samples if samples > 1 else None,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                messages=messages,
+            ),
+            total,
+        )
+    # servers echo keys
+    outs = [(redact(c.message.content or ""), c.finish_reason) for c in completion.choices]
     if prompt_tokens is not None:
         tokens, estimated = prompts.prompt_tokens(completion, messages)
         prompt_tokens.append(-tokens if estimated else tokens)
-    while len(outs) < samples:  # servers that ignore `n`
+    # servers that ignore `n`
+    while len(outs) < samples:
         async with gate:
-            more = await whole(client.chat.completions.create(
-                model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages), total)
+            more = await whole(
+                client.chat.completions.create(
+                    model=ep.model, temperature=temperature, max_tokens=max_tokens, messages=messages
+                ),
+                total,
+            )
         outs.append((redact(more.choices[0].message.content or ""), more.choices[0].finish_reason))
     return outs[:samples]
 
@@ -82,6 +110,7 @@ async def generate(client, ep: Endpoint, skill: Skill, task: Task, samples: int,
 def spec_of(ep: Endpoint) -> str:
     """What a record says its model was: the id and the endpoint (never the key, nor the URL's password: the same
     spec as records are written, masked, so that --resume finds its own)."""
-    without = "" if ep.without == "description" else f" ({ep.without})"  # a --baseline record of before stays its own
+    # a --baseline record of before stays its own
+    without = "" if ep.without == "description" else f" ({ep.without})"
     where = URL_USERINFO.sub(lambda m: m[1] + MASK, ep.base_url or "default")
     return f"{ep.model}@{where}" + ("" if ep.with_skill else f" without the skill{without}")

@@ -25,8 +25,10 @@ from pathlib import Path
 from skill_rl.keys import redact
 from skill_rl.text import problem
 
-MAX_LINE_BYTES = 1_000_000  # one JSONL line bigger than this is an error, not a model input
-MAX_FILE_BYTES = 256 * 2**20  # a JSONL input: 100,000 tasks fit in far less
+# one JSONL line bigger than this is an error, not a model input
+MAX_LINE_BYTES = 1_000_000
+# a JSONL input: 100,000 tasks fit in far less
+MAX_FILE_BYTES = 256 * 2**20
 BOM = b"\xef\xbb\xbf"
 
 
@@ -49,7 +51,8 @@ def replace_problem(path: Path) -> str | None:
 
 
 def _umask() -> int:
-    try:  # Linux tells it without changing it (os.umask would, for a moment, for every thread)
+    # Linux tells it without changing it (os.umask would, for a moment, for every thread)
+    try:
         return int(next(ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("Umask:")), 8)
     except (OSError, StopIteration, ValueError, IndexError):
         return 0o022
@@ -69,12 +72,14 @@ def atomic_write(path: Path, text: str | bytes, private: bool = False) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             if not private:
-                os.fchmod(f.fileno(), 0o666 & ~_umask())  # as a plain open() would make it, not mkstemp's 0600
+                # as a plain open() would make it, not mkstemp's 0600
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)  # a full disk leaves no half-written temporary beside the old file
+            # a full disk leaves no half-written temporary beside the old file
+            os.unlink(tmp)
         raise
 
 
@@ -104,10 +109,16 @@ def jsonl_lines(path: Path, problems: list[str]) -> Iterator[tuple[int, bytes]]:
         while raw := f.readline(MAX_LINE_BYTES + 1):
             total += len(raw)
             if total > MAX_FILE_BYTES:
-                problems.append(problem(path, n if too_long else n + 1,
-                                        f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read"))
+                problems.append(
+                    problem(
+                        path,
+                        n if too_long else n + 1,
+                        f"file is larger than {MAX_FILE_BYTES:,} bytes; the rest is not read",
+                    )
+                )
                 return
-            if too_long:  # the rest of a line already reported
+            # the rest of a line already reported
+            if too_long:
                 too_long = not raw.endswith(b"\n")
                 continue
             n += 1
@@ -126,14 +137,17 @@ def json_object(path: Path, n: int, raw: bytes, problems: list[str], what: str =
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        problems.append(problem(path, n, f"line is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"))
+        problems.append(
+            problem(path, n, f"line is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+        )
         return None
     try:
         obj = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as e:
         problems.append(problem(path, n, f"invalid JSON at column {e.colno}: {e.msg}"))
         return None
-    except ValueError as e:  # a key given twice
+    # a key given twice
+    except ValueError as e:
         problems.append(problem(path, n, str(e)))
         return None
     except RecursionError:

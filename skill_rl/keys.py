@@ -18,7 +18,8 @@ import re
 import sys
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
-MIN_LENGTH = 8  # shorter values ("none", "EMPTY", "k") are placeholders, and replacing them would garble text
+# shorter values ("none", "EMPTY", "k") are placeholders, and replacing them would garble text
+MIN_LENGTH = 8
 MASK = "***"
 _known: tuple[str, ...] = ()
 
@@ -37,8 +38,11 @@ def collect(*flag_values: str | None) -> tuple[str, ...]:
     """Remember the secrets: the given flag values, the environment's secret-named variables and the passwords of
     the URLs in its values (also masked wherever a server or library quotes them without their URL)."""
     global _known
-    found = ({v for v in flag_values if v} | {v for k, v in os.environ.items() if SECRET_NAME.search(k)}
-             | set(url_passwords(os.environ.values())))
+    found = (
+        {v for v in flag_values if v}
+        | {v for k, v in os.environ.items() if SECRET_NAME.search(k)}
+        | set(url_passwords(os.environ.values()))
+    )
     _known = tuple(sorted((v.strip() for v in found if len(v.strip()) >= MIN_LENGTH), key=len, reverse=True))
     return _known
 
@@ -101,30 +105,56 @@ def redacted_output():
 
 # ------------------------------------------------------------------ secrets in text we did not write
 
-KEY_FORMATS = re.compile("|".join((
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----",
-    r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key id
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}", r"\bgithub_pat_[A-Za-z0-9_]{22,}", r"\bglpat-[A-Za-z0-9_-]{20,}",
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}", r"hooks\.slack\.com/services/T[A-Za-z0-9_/]{20,}",  # Slack
-    r"\bsk-(proj-|ant-|live-)?[A-Za-z0-9_-]{20,}", r"\b[rs]k_live_[A-Za-z0-9]{16,}",  # OpenAI, Anthropic, Stripe
-    r"\bAIza[0-9A-Za-z_-]{35}", r"\bya29\.[0-9A-Za-z_-]{20,}", r"\bhf_[A-Za-z0-9]{30,}", r"\bSG\.[\w-]{16,}\.[\w-]{16,}",
-    r"\bnpm_[A-Za-z0-9]{36}\b", r"\bpypi-AgEIcHlwaS5vcmc[\w-]{40,}", r"\bdop_v1_[a-f0-9]{64}\b",
-    r"\bshp(at|ss|ca|pa)_[a-fA-F0-9]{32}\b", r"\bdapi[a-f0-9]{32}\b",
-    r"\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.[\w-]{10,}",  # a JSON Web Token
-)))
-URL_PASSWORD = re.compile(r"://[^/\s:@\"'`]+:(?P<password>[^/\s:@\"'`]+)@")  # https://user:PASSWORD@host
+KEY_FORMATS = re.compile(
+    "|".join(
+        (
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----",
+            # AWS access key id
+            r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"\bgh[pousr]_[A-Za-z0-9]{36,}",
+            r"\bgithub_pat_[A-Za-z0-9_]{22,}",
+            r"\bglpat-[A-Za-z0-9_-]{20,}",
+            # Slack
+            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+            r"hooks\.slack\.com/services/T[A-Za-z0-9_/]{20,}",
+            # OpenAI, Anthropic, Stripe
+            r"\bsk-(proj-|ant-|live-)?[A-Za-z0-9_-]{20,}",
+            r"\b[rs]k_live_[A-Za-z0-9]{16,}",
+            r"\bAIza[0-9A-Za-z_-]{35}",
+            r"\bya29\.[0-9A-Za-z_-]{20,}",
+            r"\bhf_[A-Za-z0-9]{30,}",
+            r"\bSG\.[\w-]{16,}\.[\w-]{16,}",
+            r"\bnpm_[A-Za-z0-9]{36}\b",
+            r"\bpypi-AgEIcHlwaS5vcmc[\w-]{40,}",
+            r"\bdop_v1_[a-f0-9]{64}\b",
+            r"\bshp(at|ss|ca|pa)_[a-fA-F0-9]{32}\b",
+            r"\bdapi[a-f0-9]{32}\b",
+            # a JSON Web Token
+            r"\beyJ[\w-]{10,}\.eyJ[\w-]{10,}\.[\w-]{10,}",
+        )
+    )
+)
+# https://user:PASSWORD@host
+URL_PASSWORD = re.compile(r"://[^/\s:@\"'`]+:(?P<password>[^/\s:@\"'`]+)@")
 # A name that holds a secret word, assigned a value: `DB_PASSWORD=...`, `client_secret = '...'`,
 # `"X_API_KEY": "..."`, `x_api_key: ...`, `export AWS_SECRET_ACCESS_KEY=...`.
-SECRET_WORD = r"(?:passw(?:or)?d|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key|credential)"
-ASSIGNED = re.compile(  # from the secret word on, so that a long run of letters cannot make it backtrack
+SECRET_WORD = (
+    r"(?:passw(?:or)?d|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key|credential)"
+)
+# from the secret word on, so that a long run of letters cannot make it backtrack
+ASSIGNED = re.compile(
     rf"""(?i){SECRET_WORD}[\w.-]{{0,60}}["']?[ \t]*(?P<op>:=|=>|[:=])[ \t]*"""
-    r"""(?:(?P<q>["'`])(?P<quoted>[^"'`\s]*)(?P=q)|(?P<bare>[^\s"'`,;)\]}]+))""")
+    r"""(?:(?P<q>["'`])(?P<quoted>[^"'`\s]*)(?P=q)|(?P<bare>[^\s"'`,;)\]}]+))"""
+)
 NAME_START = re.compile(r"[\w.-]{0,60}$")
 REFERENCE = re.compile(r"[$<>{}()\[\]%*]|^\W|\.\.\.|^(?:[A-Za-z_][\w]*)(?:\.[A-Za-z_][\w]*)+$")
-PLACEHOLDER = re.compile(r"(?i)^(?:(?:your|my|the)[_-].*|changeme|change[_-]me|placeholder|dummy|redacted|none|null"
-                         r"|undefined|true|false|(?P<c>.)(?P=c)+)$")
+PLACEHOLDER = re.compile(
+    r"(?i)^(?:(?:your|my|the)[_-].*|changeme|change[_-]me|placeholder|dummy|redacted|none|null"
+    r"|undefined|true|false|(?P<c>.)(?P=c)+)$"
+)
 TOKEN = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{32,}={0,2}(?![\w+/=-])")
-HASH_PREFIX = re.compile(r"(?i)(?:^sha\d+-|base64,$)")  # an integrity hash (`sha512-...`), inline data
+# an integrity hash (`sha512-...`), inline data
+HASH_PREFIX = re.compile(r"(?i)(?:^sha\d+-|base64,$)")
 
 
 def _secret_value(value: str, bare: bool) -> bool:
@@ -133,7 +163,8 @@ def _secret_value(value: str, bare: bool) -> bool:
     if len(value) < 6 or REFERENCE.search(value) or PLACEHOLDER.search(value):
         return False
     if bare and value.isidentifier() and not any(c.isdigit() for c in value):
-        return False  # `token = token` style code, not a literal
+        # `token = token` style code, not a literal
+        return False
     letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
     mixed_case = any(c.isupper() for c in value) and any(c.islower() for c in value)
     return (letters and digits) or (len(value) >= 16 and mixed_case)
@@ -148,8 +179,12 @@ def _random_looking(token: str) -> bool:
     """Random letters and digits: an alphanumeric run of 16+ with upper and lower case and digits, 4.5 bits a
     character or more, and not base64 of text (`eyJ...`, a JSON blob), a hash (hex, `sha512-...`) or a path."""
     chunk = max(re.split(r"[^A-Za-z0-9]", token), key=len)
-    if (len(chunk) < 16 or HASH_PREFIX.search(token) or not all(re.search(p, chunk) for p in ("[a-z]", "[A-Z]", "[0-9]"))
-            or _entropy(token.rstrip("=")) < 4.5):
+    if (
+        len(chunk) < 16
+        or HASH_PREFIX.search(token)
+        or not all(re.search(p, chunk) for p in ("[a-z]", "[A-Z]", "[0-9]"))
+        or _entropy(token.rstrip("=")) < 4.5
+    ):
         return False
     try:
         raw = base64.b64decode(token.replace("-", "+").replace("_", "/") + "=" * (-len(token) % 4), validate=True)
@@ -169,10 +204,11 @@ def secret_in(text: str) -> str | None:
     for m in ASSIGNED.finditer(text):
         quoted = m["quoted"] is not None
         if _secret_value(m["quoted"] if quoted else m["bare"].rstrip(".:"), bare=not quoted):
-            name = NAME_START.search(text, max(0, m.start() - 60), m.start())[0] + text[m.start():m.start("op")]
+            name = NAME_START.search(text, max(0, m.start() - 60), m.start())[0] + text[m.start() : m.start("op")]
             return f"a value assigned to {name.strip(chr(34) + chr(39) + ' ')[:60]}"
     for m in TOKEN.finditer(text):
-        before = text[max(0, m.start() - 200):m.start()].rsplit(None, 1)[-1] if m.start() else ""
-        if _random_looking(m[0]) and not HASH_PREFIX.search(before) and "://" not in before:  # not a URL's path
+        before = text[max(0, m.start() - 200) : m.start()].rsplit(None, 1)[-1] if m.start() else ""
+        # not a URL's path
+        if _random_looking(m[0]) and not HASH_PREFIX.search(before) and "://" not in before:
             return "a random-looking token"
     return None

@@ -28,15 +28,25 @@ def shown(quiet: bool = False, console: Console | None = None) -> bool:
 def bar(description: str, total: int, quiet: bool = False, console: Console | None = None):
     """Yield `advance(n=1)`; the bar disappears when done. Draws nothing when `shown()` is false."""
     console = console or Console(stderr=True)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console, transient=True, disable=not shown(quiet, console),
-                        redirect_stdout=False, redirect_stderr=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not shown(quiet, console),
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
     with progress:
         task = progress.add_task(description, total=total)
         yield lambda n=1: progress.advance(task, n)
 
 
-PERIOD = 8.0  # seconds between two plain lines of a piped phase (SKILL_RL_PROGRESS_SECONDS overrides it)
+# seconds between two plain lines of a piped phase (SKILL_RL_PROGRESS_SECONDS overrides it)
+PERIOD = 8.0
 
 
 @contextmanager
@@ -53,8 +63,11 @@ def phase(description: str, total: int, unit: str = "", quiet: bool = False, con
 
     def beat():
         while not stop.wait(period):
-            print(f"{description}: {done[0]}/{total}{' ' + unit if unit else ''}, {time.monotonic() - started:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{description}: {done[0]}/{total}{' ' + unit if unit else ''}, {time.monotonic() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     thread = threading.Thread(target=beat, name="skill-rl-progress", daemon=True)
     thread.start()

@@ -17,10 +17,14 @@ from dataclasses import dataclass
 
 from skill_rl.skills import Skill, Task
 
-STATE_KEY = "skill_rl_internalize"  # under this key in ART's state.json: the run's --internalize schedule
-WITHOUT = ("stub", "none", "description")  # --without-skill: what replaces SKILL.md
-DEFAULT_FLOOR = 0.3  # --internalize-floor: the share of the last RL steps whose prompts never carry the skill
-WARM_FLOOR = 1.0  # its default after a warm start, which trained on every example with SKILL.md and without it
+# under this key in ART's state.json: the run's --internalize schedule
+STATE_KEY = "skill_rl_internalize"
+# --without-skill: what replaces SKILL.md
+WITHOUT = ("stub", "none", "description")
+# --internalize-floor: the share of the last RL steps whose prompts never carry the skill
+DEFAULT_FLOOR = 0.3
+# its default after a warm start, which trained on every example with SKILL.md and without it
+WARM_FLOOR = 1.0
 
 
 def default_floor(warm_start: bool) -> float:
@@ -47,7 +51,9 @@ def system_prompt(skill: Skill, with_skill: bool = True, without: str = "descrip
 
 def messages(skill: Skill, task: Task, with_skill: bool = True, without: str = "description") -> list[dict]:
     system = system_prompt(skill, with_skill, without)
-    return ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": task.input}]
+    return ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": task.input}
+    ]
 
 
 def estimated_tokens(msgs: list[dict]) -> int:
@@ -101,28 +107,51 @@ class Fade:
 
     def describe(self, skill: Skill) -> str:
         probs = [self.probability(k) for k in range(1, self.steps + 1)]
-        chance = ("no RL step (the warm start alone)" if not probs else ", ".join(f"{p:.2g}" for p in probs) if self.steps <= 12 else
-                  f"from 1 at step 1 down to {probs[self.fading - 1]:.2g} at step {self.fading}, then 0 for the last "
-                  f"{self.steps - self.fading}" if self.fading else "0 throughout")
-        instead = {"stub": f'the line "{stub(skill)}"', "none": "absent", "description": "the skill's description"}[self.without]
-        return (f"--internalize: the chance that a prompt carries SKILL.md, per RL step: {chance}; without it the system "
-                f"prompt is {instead}; the reward still scores against SKILL.md")
+        chance = (
+            "no RL step (the warm start alone)"
+            if not probs
+            else ", ".join(f"{p:.2g}" for p in probs)
+            if self.steps <= 12
+            else f"from 1 at step 1 down to {probs[self.fading - 1]:.2g} at step {self.fading}, then 0 for the last "
+            f"{self.steps - self.fading}"
+            if self.fading
+            else "0 throughout"
+        )
+        instead = {"stub": f'the line "{stub(skill)}"', "none": "absent", "description": "the skill's description"}[
+            self.without
+        ]
+        return (
+            f"--internalize: the chance that a prompt carries SKILL.md, per RL step: {chance}; without it the system "
+            f"prompt is {instead}; the reward still scores against SKILL.md"
+        )
 
     def record(self) -> dict:
         """What the run's state and records say of it."""
-        return {"internalized": True, "schedule": "linear", "steps": self.steps, "floor": self.floor,
-                "fading_steps": self.fading, "seed": self.seed, "without_skill": self.without,
-                "probabilities": [round(self.probability(k), 4) for k in range(1, self.steps + 1)]}
+        return {
+            "internalized": True,
+            "schedule": "linear",
+            "steps": self.steps,
+            "floor": self.floor,
+            "fading_steps": self.fading,
+            "seed": self.seed,
+            "without_skill": self.without,
+            "probabilities": [round(self.probability(k), 4) for k in range(1, self.steps + 1)],
+        }
 
 
 def serve_lines(skill: Skill, without: str) -> list[str]:
     """How to use a model trained with --internalize: the end of its run says so."""
-    sent = {"stub": f'the one line "{stub(skill)}" as the system message', "none": "no system message",
-            "description": "the skill's description as the system message"}[without]
-    return ["internalized (--internalize): this model was trained to follow the skill without SKILL.md in its prompt;",
-            f"  for users: serve it as above and send {sent}, then the task as the user message; no SKILL.md",
-            f"  for --eval: --baseline --without-skill {without} adds each model's row without SKILL.md, e.g. "
-            "--model base@URL --model trained@URL: base and trained, with the skill and without, on the same tasks"]
+    sent = {
+        "stub": f'the one line "{stub(skill)}" as the system message',
+        "none": "no system message",
+        "description": "the skill's description as the system message",
+    }[without]
+    return [
+        "internalized (--internalize): this model was trained to follow the skill without SKILL.md in its prompt;",
+        f"  for users: serve it as above and send {sent}, then the task as the user message; no SKILL.md",
+        f"  for --eval: --baseline --without-skill {without} adds each model's row without SKILL.md, e.g. "
+        "--model base@URL --model trained@URL: base and trained, with the skill and without, on the same tasks",
+    ]
 
 
 def internalized(run_dir) -> dict | None:

@@ -25,7 +25,8 @@ from skill_rl.keys import redact
 def _same(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
+    # one of them does not exist (yet)
+    except OSError:
         return a.resolve() == b.resolve()
 
 
@@ -37,7 +38,10 @@ def refuse_inputs(out: Path, inputs: dict[Path, str]) -> None:
 
 
 def skill_files(skill) -> dict[Path, str]:
-    return {p: "the skill's" for p in (*(skill.path / n for n in ("SKILL.md", "tasks.jsonl", "checks.py")), skill.tasks_path)}
+    return {
+        p: "the skill's"
+        for p in (*(skill.path / n for n in ("SKILL.md", "tasks.jsonl", "checks.py")), skill.tasks_path)
+    }
 
 
 def prepare_file(out: Path, inputs: dict[Path, str]) -> None:
@@ -47,7 +51,8 @@ def prepare_file(out: Path, inputs: dict[Path, str]) -> None:
         raise Exit(2, f"--out {out} is a folder; pass a file to write the JSONL records to")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "a"):  # proves it can be written, and changes nothing that is there
+        # proves it can be written, and changes nothing that is there
+        with open(out, "a"):
             pass
     except OSError as e:
         raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
@@ -57,7 +62,9 @@ def prepare_folder(out: Path, inputs: dict[Path, str]) -> None:
     """--out FOLDER: refused when it is a file (or lies under one), an input, or cannot be created."""
     refuse_inputs(out, inputs)
     if out.exists() and not out.is_dir():
-        raise Exit(2, f"--out {out} is a file; --eval writes a folder (results.md, results.json, chart.png, records.jsonl)")
+        raise Exit(
+            2, f"--out {out} is a file; --eval writes a folder (results.md, results.json, chart.png, records.jsonl)"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -74,12 +81,16 @@ class Sink:
         try:
             self.stream.write(redact(text))
             self.stream.flush()
-        except BrokenPipeError:  # `--score F | head`: the reader left; say so once, quietly
+        # `--score F | head`: the reader left; say so once, quietly
+        except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
             raise Exit(1, f"{self.name} was closed by its reader; stopped") from None
         except OSError as e:
-            raise Exit(1, f"cannot write {self.name}: {e.strerror or e}; the records written before are kept "
-                          "(--resume continues)") from None
+            raise Exit(
+                1,
+                f"cannot write {self.name}: {e.strerror or e}; the records written before are kept "
+                "(--resume continues)",
+            ) from None
 
 
 def digest(path: Path) -> str:
@@ -93,8 +104,14 @@ def refuse_foreign(records: list[dict], expect: dict, where: Path, specs: dict[s
     for r in records:
         wrong = next((f"{k} {r.get(k)!r}, this command's is {v!r}" for k, v in expect.items() if r.get(k) != v), None)
         if wrong is None and specs is not None and specs.get(r.get("model")) != r.get("spec"):
-            wrong = (f"model {r.get('model')!r} as {r.get('spec')!r}, this command's is "
-                     f"{specs[r['model']]!r}" if r.get("model") in specs else f"model {r.get('model')!r}, which no --model names")
+            wrong = (
+                f"model {r.get('model')!r} as {r.get('spec')!r}, this command's is {specs[r['model']]!r}"
+                if r.get("model") in specs
+                else f"model {r.get('model')!r}, which no --model names"
+            )
         if wrong:
-            raise Exit(2, f"{where} holds records of another command ({wrong}); start afresh without --resume "
-                          "(its records are then replaced), or pass another --out")
+            raise Exit(
+                2,
+                f"{where} holds records of another command ({wrong}); start afresh without --resume "
+                "(its records are then replaced), or pass another --out",
+            )

@@ -31,7 +31,8 @@ import time
 from typing import Any, Callable
 
 _LINE = sys.monitoring.events.LINE
-_tool: list[int] = []  # the sys.monitoring tool id we hold, once we needed one
+# the sys.monitoring tool id we hold, once we needed one
+_tool: list[int] = []
 
 
 class Timeout(BaseException):
@@ -41,13 +42,17 @@ class Timeout(BaseException):
 class Watchdog:
     """Within `with`, each `call` may run `limit` seconds; one past it is stopped."""
 
-    RETRIES = 4  # after the first Timeout, how often a second limit is split to raise it again
+    # after the first Timeout, how often a second limit is split to raise it again
+    RETRIES = 4
 
     def __init__(self, limit: float):
         self.limit = limit
-        self.running = False  # a call is in progress
-        self.expired = False  # the current call ran past its limit
-        self.fired = 0  # Timeouts raised into the current call
+        # a call is in progress
+        self.running = False
+        # the current call ran past its limit
+        self.expired = False
+        # Timeouts raised into the current call
+        self.fired = 0
         self.armed = False
 
     def __enter__(self) -> Watchdog:
@@ -55,7 +60,8 @@ class Watchdog:
         if self.armed:
             self._entered = time.monotonic()
             self._old_handler = signal.signal(signal.SIGALRM, self._alarm)
-            self._old_timer = signal.setitimer(signal.ITIMER_REAL, 0)  # ours runs only during a call
+            # ours runs only during a call
+            self._old_timer = signal.setitimer(signal.ITIMER_REAL, 0)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -64,23 +70,27 @@ class Watchdog:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL if self._old_handler is None else self._old_handler)
         delay, interval = self._old_timer
-        if delay > 0:  # someone else's alarm was running: let it go off when it would have
+        # someone else's alarm was running: let it go off when it would have
+        if delay > 0:
             signal.setitimer(signal.ITIMER_REAL, max(delay - (time.monotonic() - self._entered), 1e-3), interval)
         self.armed = False
 
     def _alarm(self, signum, frame) -> None:
         if not self.running:
-            return  # the call returned as the timer went off
+            # the call returned as the timer went off
+            return
         self.expired = True
         self.fired += 1
-        if self.fired > 1:  # the last Timeout was swallowed: raise it on every line from now on
+        # the last Timeout was swallowed: raise it on every line from now on
+        if self.fired > 1:
             self._every_line(True)
         raise Timeout()
 
     def _every_line(self, on: bool) -> None:
         if not _tool:
             free = [i for i in (4, 3) if sys.monitoring.get_tool(i) is None]
-            if not free:  # a debugger or coverage tool holds them: a swallowed Timeout is retried each tick
+            # a debugger or coverage tool holds them: a swallowed Timeout is retried each tick
+            if not free:
                 return
             sys.monitoring.use_tool_id(free[0], "skill-rl watchdog")
             _tool.append(free[0])
@@ -98,16 +108,19 @@ class Watchdog:
         try:
             try:
                 self.running = True
-                if self.armed:  # one shot at the limit, then (only for code that swallowed it) a few more
+                # one shot at the limit, then (only for code that swallowed it) a few more
+                if self.armed:
                     signal.setitimer(signal.ITIMER_REAL, self.limit, self.limit / self.RETRIES)
                 value, error = fn(*args), None
             finally:
-                self.running = False  # a Timeout raised before this line is still caught below
+                # a Timeout raised before this line is still caught below
+                self.running = False
                 if self.armed:
                     signal.setitimer(signal.ITIMER_REAL, 0)
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # user code may raise anything, SystemExit included: it is reported, not fatal
+        # user code may raise anything, SystemExit included: it is reported, not fatal
+        except BaseException as e:
             value, error = None, e
         if self.fired:
             if self.fired > 1:

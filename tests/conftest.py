@@ -14,7 +14,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-if WORKERS > 1:  # each xdist worker its share of the cores for torch (read when torch loads): two workers running
+# each xdist worker its share of the cores for torch (read when torch loads): two workers running
+if WORKERS > 1:
     # torch's default thread count on the same cores oversubscribe them, and each step then took 2-4x as long here
     for var in ("OMP_NUM_THREADS", "SKILL_RL_CPU_THREADS"):
         os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // WORKERS)))
@@ -30,7 +31,8 @@ def shipped_skills() -> list[str]:
 
 
 SHIPPED_SKILLS = shipped_skills()
-TEMPLATE = "the --init template"  # a parameter beside the shipped skills' names: init_template makes it a folder
+# a parameter beside the shipped skills' names: init_template makes it a folder
+TEMPLATE = "the --init template"
 
 
 def init_template(where: Path, name: str = "my-skill") -> Path:
@@ -46,7 +48,8 @@ def contract_skill(name: str, where: Path) -> Path:
     return init_template(where) if name == TEMPLATE else ROOT / "skills" / name
 
 
-TORCH_WHILE_COLLECTING = []  # set in each process (xdist worker) whose collection imported torch
+# set in each process (xdist worker) whose collection imported torch
+TORCH_WHILE_COLLECTING = []
 
 
 def pytest_collection_finish(session):
@@ -61,13 +64,19 @@ def fast_tier_imports_no_torch(request):
     first imported while it ran."""
     fast = request.node.get_closest_marker("slow") is None
     if fast and TORCH_WHILE_COLLECTING:
-        pytest.fail("collecting the tests imported torch: import ART and torch-heavy modules inside the tests that "
-                    "use them (marked slow), not at the top of a test module", pytrace=False)
+        pytest.fail(
+            "collecting the tests imported torch: import ART and torch-heavy modules inside the tests that "
+            "use them (marked slow), not at the top of a test module",
+            pytrace=False,
+        )
     before = "torch" in sys.modules
     yield
     if fast and not before and "torch" in sys.modules:
-        pytest.fail("this test imported torch (through ART, the judge, the dry-run backend or the CPU backend): "
-                    "mark it @pytest.mark.slow", pytrace=False)
+        pytest.fail(
+            "this test imported torch (through ART, the judge, the dry-run backend or the CPU backend): "
+            "mark it @pytest.mark.slow",
+            pytrace=False,
+        )
 
 
 @pytest.fixture
@@ -76,8 +85,15 @@ def server():
         yield s
 
 
-def skill_folder(where: Path, name: str = "demo", *, md: str | bytes, tasks: str | bytes | Iterable[dict] = (),
-                 checks: str | bytes | None = None, exploits: str | None = None) -> Path:
+def skill_folder(
+    where: Path,
+    name: str = "demo",
+    *,
+    md: str | bytes,
+    tasks: str | bytes | Iterable[dict] = (),
+    checks: str | bytes | None = None,
+    exploits: str | None = None,
+) -> Path:
     """The one factory for a skill folder `where/name` as a user writes it: SKILL.md, tasks.jsonl (its text or bytes as
     given, or task records, one JSON line each), and checks.py and exploits.py when given. Returns the folder."""
     folder = where / name
@@ -90,16 +106,29 @@ def skill_folder(where: Path, name: str = "demo", *, md: str | bytes, tasks: str
     return folder
 
 
-SMALL_DIFF = "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
+SMALL_DIFF = (
+    "diff --git a/app/x.py b/app/x.py\n--- a/app/x.py\n+++ b/app/x.py\n@@ -1,1 +1,1 @@\n-LIMIT = 1\n+LIMIT = {n}\n"
+)
 
 
 def small_git_commit(where: Path, train: int, val: int) -> Path:
     """A skills folder holding git-commit's SKILL.md and checks.py with a few one-line-diff tasks."""
     shipped = ROOT / "skills" / "git-commit"
-    skill_folder(where / "skills", "git-commit", md=(shipped / "SKILL.md").read_bytes(),
-                 checks=(shipped / "checks.py").read_bytes(),
-                 tasks=[{"id": f"t{i}", "input": SMALL_DIFF.format(n=i + 2), "split": "val" if i >= train else "train",
-                         "expect": {"type": "fix", "breaking": False}} for i in range(train + val)])
+    skill_folder(
+        where / "skills",
+        "git-commit",
+        md=(shipped / "SKILL.md").read_bytes(),
+        checks=(shipped / "checks.py").read_bytes(),
+        tasks=[
+            {
+                "id": f"t{i}",
+                "input": SMALL_DIFF.format(n=i + 2),
+                "split": "val" if i >= train else "train",
+                "expect": {"type": "fix", "breaking": False},
+            }
+            for i in range(train + val)
+        ],
+    )
     return where / "skills"
 
 
@@ -143,7 +172,8 @@ def main_in_process(capfd, *argv) -> Ran:
     capfd.readouterr()
     try:
         code = main([str(a) for a in argv])
-    except SystemExit as e:  # a flag refused as it is parsed
+    # a flag refused as it is parsed
+    except SystemExit as e:
         code = e.code
     return Ran(code, *capfd.readouterr())
 

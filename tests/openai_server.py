@@ -24,13 +24,31 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-FAULTS = ("500", "429", "429-retry-after", "timeout", "truncated", "non-json", "fenced", "wrong-count",
-          "out-of-range", "string-scores", "empty", "length", "refused",
-          "401-echo",  # 401 quoting the caller's key in the body and in a header, as some providers do
-          "echo",  # a normal answer that quotes the caller's key in its text and in a header
-          "trickle",  # a normal answer sent one byte every `trickle_delay` seconds
-          "redirect")  # 307 to /v1/redirected/..., which answers normally
-TOKEN = re.compile(r"\s*\S+|\s+")  # this server's tokens: words with the spaces before them
+FAULTS = (
+    "500",
+    "429",
+    "429-retry-after",
+    "timeout",
+    "truncated",
+    "non-json",
+    "fenced",
+    "wrong-count",
+    "out-of-range",
+    "string-scores",
+    "empty",
+    "length",
+    "refused",
+    # 401 quoting the caller's key in the body and in a header, as some providers do
+    "401-echo",
+    # a normal answer that quotes the caller's key in its text and in a header
+    "echo",
+    # a normal answer sent one byte every `trickle_delay` seconds
+    "trickle",
+    # 307 to /v1/redirected/..., which answers normally
+    "redirect",
+)
+# this server's tokens: words with the spaces before them
+TOKEN = re.compile(r"\s*\S+|\s+")
 CONTEXT = re.compile(r"<context>\n(.*?)\n</context>", re.S)
 TRAJECTORY = re.compile(r'<trajectory id="(\d+)">\n(.*?)\n</trajectory>', re.S)
 
@@ -64,30 +82,42 @@ def by_length(texts: list[str]) -> list[float]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 1024  # a training step opens 100+ connections at once
+    # a training step opens 100+ connections at once
+    request_queue_size = 1024
 
     def handle_error(self, request, client_address):
-        pass  # a client that hung up (timeouts under test) is not the server's error
+        # a client that hung up (timeouts under test) is not the server's error
+        pass
 
 
 class FakeOpenAI:
-    def __init__(self, policy_fn: Callable[[dict], str] | None = None,
-                 judge_fn: Callable[[list[str]], list[float]] = by_length,
-                 policy_latency: float = 0.0, judge_latency: float = 0.0, fault_sleep: float = 5.0,
-                 trickle_delay: float = 0.05):
+    def __init__(
+        self,
+        policy_fn: Callable[[dict], str] | None = None,
+        judge_fn: Callable[[list[str]], list[float]] = by_length,
+        policy_latency: float = 0.0,
+        judge_latency: float = 0.0,
+        fault_sleep: float = 5.0,
+        trickle_delay: float = 0.05,
+    ):
         self.policy_fn = policy_fn or (lambda request: "feat: add a thing")
         self.judge_fn = judge_fn
         self.policy_latency, self.judge_latency, self.fault_sleep = policy_latency, judge_latency, fault_sleep
         self.trickle_delay = trickle_delay
-        self.explanation = ""  # appended to every explanation the judge gives
+        # appended to every explanation the judge gives
+        self.explanation = ""
         self.policy_faults: deque[str] = deque()
         self.judge_faults: deque[str] = deque()
-        self.always_fail_judge: str | None = None  # a fault to answer every judge call with
-        self.always_fail_policy: str | None = None  # ... and every policy call
-        self.fail_model: dict[str, str] = {}  # model -> a fault for every policy call to it (a checkpoint: one step's rollouts)
+        # a fault to answer every judge call with
+        self.always_fail_judge: str | None = None
+        # ... and every policy call
+        self.always_fail_policy: str | None = None
+        # model -> a fault for every policy call to it (a checkpoint: one step's rollouts)
+        self.fail_model: dict[str, str] = {}
         self.requests: list[dict] = []
         self.judge_prompts: list[str] = []
-        self.usage_reported: list[dict] = []  # {"judge": bool, "prompt_tokens": n, "completion_tokens": n} per answer
+        # {"judge": bool, "prompt_tokens": n, "completion_tokens": n} per answer
+        self.usage_reported: list[dict] = []
         self._lock = threading.Lock()
         from litellm import token_counter  # noqa: F401  (loaded here, not inside the first answer a client is timing)
 
@@ -112,22 +142,44 @@ class FakeOpenAI:
 
     # ---------------------------------------------------------------- answers
 
-    def _completion(self, content: str | None, finish_reason: str = "stop", model: str = "fake",
-                    logprobs: bool = False, request: dict | None = None) -> dict:
-        tokens = TOKEN.findall(content or "")  # usage agrees with the logprobs, as ART checks
-        usage = self._usage(request, content or "", model, len(tokens) if logprobs else None) if request is not None else {}
+    def _completion(
+        self,
+        content: str | None,
+        finish_reason: str = "stop",
+        model: str = "fake",
+        logprobs: bool = False,
+        request: dict | None = None,
+    ) -> dict:
+        # usage agrees with the logprobs, as ART checks
+        tokens = TOKEN.findall(content or "")
+        usage = (
+            self._usage(request, content or "", model, len(tokens) if logprobs else None) if request is not None else {}
+        )
         return {
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "finish_reason": finish_reason, "logprobs": token_logprobs(tokens) if logprobs else None,
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": usage,  # {} for a body cut short on purpose
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": finish_reason,
+                    "logprobs": token_logprobs(tokens) if logprobs else None,
+                    "message": {"role": "assistant", "content": content},
+                }
+            ],
+            # {} for a body cut short on purpose
+            "usage": usage,
         }
 
     def _usage(self, request: dict, content: str, model: str, completion: int | None) -> dict:
         from litellm import token_counter
 
-        tiktoken = {"type": "openai_tokenizer", "tokenizer": None}  # the model's tiktoken encoding; never a download
-        messages = [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in request.get("messages") or []]
+        # the model's tiktoken encoding; never a download
+        tiktoken = {"type": "openai_tokenizer", "tokenizer": None}
+        messages = [
+            {"role": m.get("role", "user"), "content": m.get("content") or ""} for m in request.get("messages") or []
+        ]
         prompt = token_counter(model=model, messages=messages, custom_tokenizer=tiktoken) if messages else 0
         if completion is None:
             completion = token_counter(model=model, text=content, custom_tokenizer=tiktoken) if content else 0
@@ -142,19 +194,27 @@ class FakeOpenAI:
         return sum(u["prompt_tokens"] for u in rows), sum(u["completion_tokens"] for u in rows)
 
     def _judge_answer(self, request: dict, fault: str | None, key: str = "") -> tuple[int, dict | str]:
-        prompt = request["messages"][1]["content"]  # the trajectories; a corrective retry appends turns after it
+        # the trajectories; a corrective retry appends turns after it
+        prompt = request["messages"][1]["content"]
         texts = candidates(prompt)
         with self._lock:
             self.judge_prompts.append(prompt)
-        takes_prompt = len(inspect.signature(self.judge_fn).parameters) > 1  # judge_fn(texts, prompt): sees the context
+        # judge_fn(texts, prompt): sees the context
+        takes_prompt = len(inspect.signature(self.judge_fn).parameters) > 1
         scores = list(self.judge_fn(texts, prompt) if takes_prompt else self.judge_fn(texts))
         if fault == "wrong-count":
             scores = scores[:-1] if len(scores) > 1 else [*scores, 0.5]
         if fault == "out-of-range":
             scores = [s * 10 - 5 for s in scores]
         said = (f" (asked with key {key})" if fault == "echo" else "") + self.explanation
-        items = [{"trajectory_id": str(i), "explanation": f"candidate {i}{said}", "score": str(s) if fault == "string-scores" else s}
-                 for i, s in enumerate(scores, 1)]
+        items = [
+            {
+                "trajectory_id": str(i),
+                "explanation": f"candidate {i}{said}",
+                "score": str(s) if fault == "string-scores" else s,
+            }
+            for i, s in enumerate(scores, 1)
+        ]
         content = json.dumps({"scores": items})
         if fault == "fenced":
             content = f"```json\n{content}\n```"
@@ -166,7 +226,8 @@ class FakeOpenAI:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args):  # keep test output clean
+            # keep test output clean
+            def log_message(self, *args):
                 pass
 
             def _send(self, status: int, body: dict | str, headers: dict | None = None, cut: bool = False):
@@ -178,7 +239,8 @@ class FakeOpenAI:
                 self.send_header("Content-Length", str(len(raw) + (50 if cut else 0)))
                 self.end_headers()
                 if self.trickle:
-                    for i in range(len(raw)):  # every byte on time for any per-read timeout; the whole takes long
+                    # every byte on time for any per-read timeout; the whole takes long
+                    for i in range(len(raw)):
                         self.wfile.write(raw[i : i + 1])
                         self.wfile.flush()
                         time.sleep(server.trickle_delay)
@@ -191,7 +253,8 @@ class FakeOpenAI:
                 try:
                     self._answer()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout under test): nothing to answer
+                    # the client gave up (a timeout under test): nothing to answer
+                    pass
 
             def _answer(self):
                 length = int(self.headers.get("Content-Length") or 0)
@@ -202,8 +265,15 @@ class FakeOpenAI:
                 is_judge = isinstance(first, str) and "Grading standards" in first
                 queue = server.judge_faults if is_judge else server.policy_faults
                 with server._lock:
-                    fault = queue.popleft() if queue else (server.always_fail_judge if is_judge else (
-                        server.fail_model.get(request.get("model")) or server.always_fail_policy))
+                    fault = (
+                        queue.popleft()
+                        if queue
+                        else (
+                            server.always_fail_judge
+                            if is_judge
+                            else (server.fail_model.get(request.get("model")) or server.always_fail_policy)
+                        )
+                    )
                 self.trickle = fault == "trickle"
                 time.sleep(server.judge_latency if is_judge else server.policy_latency)
                 key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
@@ -211,8 +281,17 @@ class FakeOpenAI:
                 if fault == "redirect" and "/redirected/" not in self.path:
                     return self._send(307, {}, {"Location": self.path.replace("/v1/", "/v1/redirected/", 1)})
                 if fault == "401-echo":
-                    return self._send(401, {"error": {"message": f"Incorrect API key provided: {key}", "type": "invalid_request_error",
-                                                      "code": "invalid_api_key"}}, echo)
+                    return self._send(
+                        401,
+                        {
+                            "error": {
+                                "message": f"Incorrect API key provided: {key}",
+                                "type": "invalid_request_error",
+                                "code": "invalid_api_key",
+                            }
+                        },
+                        echo,
+                    )
                 if fault == "500":
                     return self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
                 if fault in ("429", "429-retry-after"):

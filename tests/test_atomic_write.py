@@ -8,11 +8,12 @@ import os
 import stat
 
 import pytest
-
-from conftest import SMALL_DIFF as DIFF, small_git_commit
+from conftest import SMALL_DIFF as DIFF
+from conftest import small_git_commit
 from openai_server import FakeOpenAI
-from skill_rl.files import atomic_write
 from test_mining import Scripted, run
+
+from skill_rl.files import atomic_write
 
 
 def full_disk(*args, **kwargs):
@@ -28,8 +29,9 @@ def test_a_link_planted_at_the_old_temporary_name_is_never_followed(tmp_path):
     atomic_write(out, "new\n")
     assert out.read_text() == "new\n" and victim.read_text() == "keep me\n"
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~os.umask(os.umask(0o022))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["victim", "out.jsonl", "out.jsonl.tmp", ".out.jsonl.tmp",
-                                                                 ".rewards.tmp.png"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["victim", "out.jsonl", "out.jsonl.tmp", ".out.jsonl.tmp", ".rewards.tmp.png"]
+    )
 
 
 def special_file(tmp_path):
@@ -63,7 +65,9 @@ def test_mining_refuses_a_device_or_pipe_as_out_even_with_force(tmp_path):
 
 def test_a_full_disk_on_the_score_resume_rewrite_is_one_line_and_keeps_the_file(tmp_path, monkeypatch):
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"input": DIFF.format(n=i), "output": "fix: raise the limit"}) + "\n" for i in range(3)))
+    src.write_text(
+        "".join(json.dumps({"input": DIFF.format(n=i), "output": "fix: raise the limit"}) + "\n" for i in range(3))
+    )
     out = tmp_path / "out.jsonl"
     assert run("--skill", "git-commit", "--score", src, "--judge", "none", "--out", out)[0] == 0
     before = out.read_text()
@@ -71,7 +75,8 @@ def test_a_full_disk_on_the_score_resume_rewrite_is_one_line_and_keeps_the_file(
     code, _, stderr = run("--skill", "git-commit", "--score", src, "--judge", "none", "--out", out, "--resume")
     assert (code, "Traceback" not in stderr) == (1, True), stderr
     assert [line for line in stderr.splitlines() if line.startswith("error:")] == [
-        f"error: cannot rewrite --out {out} to resume: No space left on device; it is unchanged"]
+        f"error: cannot rewrite --out {out} to resume: No space left on device; it is unchanged"
+    ]
     assert out.read_text() == before
 
 
@@ -82,20 +87,36 @@ def policy(monkeypatch):
         yield server
 
 
-@pytest.mark.slow  # trains: loads ART (torch)
+# trains: loads ART (torch)
+@pytest.mark.slow
 def test_a_full_disk_for_the_reward_plot_is_a_warning_and_the_run_goes_on(tmp_path, monkeypatch, policy):
     from matplotlib.figure import Figure
 
     skills = small_git_commit(tmp_path, train=4, val=1)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(Figure, "savefig", full_disk)
-    code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
-                               "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2")
+    code, stdout, stderr = run(
+        "--skills-dir",
+        skills,
+        "--skill",
+        "git-commit",
+        "--backend",
+        "skill_rl.training.dryrun:DryRunBackend",
+        "--judge",
+        "none",
+        "--steps",
+        "1",
+        "--groups-per-step",
+        "2",
+        "--rollouts-per-group",
+        "2",
+    )
     assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
     assert "warning: cannot write rewards.png: No space left on device" in stderr and "step    1 | reward" in stdout
 
 
-@pytest.mark.slow  # a warm start loads ART (torch)
+# a warm start loads ART (torch)
+@pytest.mark.slow
 def test_a_full_disk_for_warmstart_jsonl_is_one_line(tmp_path, monkeypatch, policy):
     skills = small_git_commit(tmp_path, train=4, val=1)
     path = skills / "git-commit" / "tasks.jsonl"
@@ -103,8 +124,24 @@ def test_a_full_disk_for_warmstart_jsonl_is_one_line(tmp_path, monkeypatch, poli
     path.write_text("".join(json.dumps({**t, "reference": "fix(app): raise the limit"}) + "\n" for t in tasks))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("skill_rl.training.warmstart.atomic_write", full_disk)
-    code, stdout, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
-                               "--judge", "none", "--steps", "1", "--groups-per-step", "2", "--rollouts-per-group", "2",
-                               "--sft", "--eval-every", "100")
+    code, stdout, stderr = run(
+        "--skills-dir",
+        skills,
+        "--skill",
+        "git-commit",
+        "--backend",
+        "skill_rl.training.dryrun:DryRunBackend",
+        "--judge",
+        "none",
+        "--steps",
+        "1",
+        "--groups-per-step",
+        "2",
+        "--rollouts-per-group",
+        "2",
+        "--sft",
+        "--eval-every",
+        "100",
+    )
     assert code == 1 and "Traceback" not in stderr, stderr[-2000:]
     assert "warm start: cannot write" in stderr and "No space left on device; nothing was trained" in stderr

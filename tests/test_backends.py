@@ -10,13 +10,13 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from conftest import small_git_commit
 from openai import AsyncOpenAI
 
-from conftest import small_git_commit
 from skill_rl.commands import config
+from skill_rl.errors import Exit
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import backends
-from skill_rl.errors import Exit
 from train_skill import main, parse_args
 
 # ART (and so torch) is imported inside the tests that use it, never while collecting: see conftest.py
@@ -54,31 +54,42 @@ def test_missing_uv_is_reported_up_front_unless_the_venv_has_it(tmp_path, monkey
     venv_bin = tmp_path / "venv" / "bin"
     venv_bin.mkdir(parents=True)
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.setenv("ART_VLLM_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))  # no prepared runtime there
+    # no prepared runtime there
+    monkeypatch.setenv("ART_VLLM_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ART_VLLM_RUNTIME_BIN", raising=False)
     monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
     with pytest.raises(Exit) as refused:
         backends.ensure_uv()
-    assert refused.value.code == 2 and "pip install uv" in str(refused.value) and "art runtime prepare" in str(refused.value)
+    assert (
+        refused.value.code == 2
+        and "pip install uv" in str(refused.value)
+        and "art runtime prepare" in str(refused.value)
+    )
 
-    uv = venv_bin / "uv"  # what the backend extra installs beside the interpreter of a venv that was not activated
+    # what the backend extra installs beside the interpreter of a venv that was not activated
+    uv = venv_bin / "uv"
     uv.write_text("#!/bin/sh\n")
     uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
     backends.ensure_uv()
     assert os.environ["PATH"].split(os.pathsep)[0] == str(venv_bin)
 
 
-def test_tinker_refuses_a_base_model_its_renderer_does_not_know_and_defaults_to_one_it_knows(workdir, monkeypatch, capsys):
+def test_tinker_refuses_a_base_model_its_renderer_does_not_know_and_defaults_to_one_it_knows(
+    workdir, monkeypatch, capsys
+):
     from art.tinker.renderers import get_renderer_name
 
-    with pytest.raises(ValueError):  # what TinkerBackend would hit at register with the old default
+    # what TinkerBackend would hit at register with the old default
+    with pytest.raises(ValueError):
         get_renderer_name("Qwen/Qwen2.5-3B-Instruct")
     monkeypatch.setenv("TINKER_API_KEY", "tml-test")
     assert run(workdir, "--backend", "tinker", "--base-model", "Qwen/Qwen2.5-3B-Instruct") == 2
     err = capsys.readouterr().err
     assert "no chat renderer" in err and backends.DEFAULT_BASE_MODEL["tinker"] in err
     assert "Traceback" not in err and not Path(".art").exists()
-    assert backends.tinker_renderer(backends.DEFAULT_BASE_MODEL["tinker"]) == get_renderer_name("Qwen/Qwen3-4B-Instruct-2507")
+    assert backends.tinker_renderer(backends.DEFAULT_BASE_MODEL["tinker"]) == get_renderer_name(
+        "Qwen/Qwen3-4B-Instruct-2507"
+    )
 
 
 def test_serverless_refuses_a_base_model_it_does_not_train(workdir, monkeypatch, capsys):
@@ -88,7 +99,8 @@ def test_serverless_refuses_a_base_model_it_does_not_train(workdir, monkeypatch,
     assert run(workdir, "--backend", "serverless", "--base-model", "Qwen/Qwen2.5-3B-Instruct") == 2
     err = capsys.readouterr().err
     assert all(m in err for m in backends.SERVERLESS_MODELS) and not Path(".art").exists()
-    listed = (Path(art.__file__).parent / "skills/train-rl/SKILL.md").read_text()  # the list it comes from
+    # the list it comes from
+    listed = (Path(art.__file__).parent / "skills/train-rl/SKILL.md").read_text()
     assert all(f"`{m}`" in listed for m in backends.SERVERLESS_MODELS)
 
 
@@ -96,36 +108,56 @@ def test_serverless_refuses_a_base_model_it_does_not_train(workdir, monkeypatch,
 def test_auto_picks_serverless_with_a_model_it_trains_and_says_why_and_who_bills(workdir, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "wandb-test")
     with_wandb(monkeypatch)
-    plan = config.resolve(parse_args(["--skill", "git-commit", "--judge-api-key", "sk-test-judge"]), load_skill(find_skill(skill_dirs(None), "git-commit"))).plan
+    plan = config.resolve(
+        parse_args(["--skill", "git-commit", "--judge-api-key", "sk-test-judge"]),
+        load_skill(find_skill(skill_dirs(None), "git-commit")),
+    ).plan
     assert (plan.kind, plan.base_model) == ("serverless", "OpenPipe/Qwen3-14B-Instruct")
-    assert "--backend auto" in plan.describe() and "WANDB_API_KEY is set" in plan.describe() and "bills" in plan.describe()
+    assert (
+        "--backend auto" in plan.describe() and "WANDB_API_KEY is set" in plan.describe() and "bills" in plan.describe()
+    )
 
 
 def with_wandb(monkeypatch, installed: bool = True):
     """The serverless extra's wandb installed, or not, whatever this environment holds."""
     real = backends.find_spec
-    monkeypatch.setattr(backends, "find_spec", lambda name, *a: (real("json") if installed else None) if name == "wandb"
-                        else real(name, *a))
+    monkeypatch.setattr(
+        backends,
+        "find_spec",
+        lambda name, *a: (real("json") if installed else None) if name == "wandb" else real(name, *a),
+    )
 
 
 def test_serverless_without_wandb_exits_2_before_any_work_with_the_install_command(workdir, monkeypatch, capsys):
     """ART's Serverless warm start imported wandb after the teacher's examples were collected and judged."""
     monkeypatch.setenv("WANDB_API_KEY", "wandb-test")
     with_wandb(monkeypatch, installed=False)
-    assert run(workdir, "--backend", "serverless", "--sft", "--sft-from", "teacher", "--teacher", "m@http://127.0.0.1:9/v1") == 2
+    assert (
+        run(
+            workdir, "--backend", "serverless", "--sft", "--sft-from", "teacher", "--teacher", "m@http://127.0.0.1:9/v1"
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err == f"error: {err[7:].splitlines()[0]}\n" and backends.SERVERLESS_INSTALL in err and "wandb" in err
     assert not Path(".art").exists()
-    import tomllib  # the extra the message names exists, with the wandb ART's own GPU extra pins
+    # the extra the message names exists, with the wandb ART's own GPU extra pins
+    import tomllib
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serverless"]
     from importlib.metadata import requires
 
     pinned = [r.split(";")[0].strip() for r in requires("openpipe-art") if r.startswith("wandb") and "'backend'" in r]
     assert pinned and pinned[0].replace(" ", "") in extra
-    with_wandb(monkeypatch, installed=True)  # with it, the same command gets past the check
-    assert config.resolve(parse_args(["--skill", "git-commit", "--judge", "none", "--backend", "serverless"]),
-                          load_skill(find_skill(skill_dirs(None), "git-commit"))).plan.kind == "serverless"
+    # with it, the same command gets past the check
+    with_wandb(monkeypatch, installed=True)
+    assert (
+        config.resolve(
+            parse_args(["--skill", "git-commit", "--judge", "none", "--backend", "serverless"]),
+            load_skill(find_skill(skill_dirs(None), "git-commit")),
+        ).plan.kind
+        == "serverless"
+    )
 
 
 def test_docs_show_the_no_backend_message_as_it_is_printed():
@@ -138,8 +170,24 @@ def test_docs_show_the_no_backend_message_as_it_is_printed():
 def test_gpu_flags_reach_art_in_its_own_config_fields():
     from art import dev
 
-    args = parse_args(["--skill", "s", "--backend", "local", "--base-model", "Qwen/Qwen2.5-3B-Instruct", "--run-name", "r",
-                       "--context-tokens", "8192", "--gpu-memory", "0.7", "--lora-rank", "32"])
+    args = parse_args(
+        [
+            "--skill",
+            "s",
+            "--backend",
+            "local",
+            "--base-model",
+            "Qwen/Qwen2.5-3B-Instruct",
+            "--run-name",
+            "r",
+            "--context-tokens",
+            "8192",
+            "--gpu-memory",
+            "0.7",
+            "--lora-rank",
+            "32",
+        ]
+    )
     model = backends.make_model(args, "skill-s")
     config = model._internal_config
     assert config["engine_args"] == {"max_model_len": 8192, "gpu_memory_utilization": 0.7, "max_lora_rank": 32}
@@ -149,8 +197,10 @@ def test_gpu_flags_reach_art_in_its_own_config_fields():
     assert set(config["init_args"]) <= set(dev.InitArgs.__annotations__)
 
     tinker = parse_args(["--skill", "s", "--backend", "tinker", "--base-model", "Qwen/Qwen3-8B", "--lora-rank", "16"])
-    assert backends.internal_config(tinker)["tinker_args"] == {"renderer_name": "qwen3_disable_thinking",
-                                                               "training_client_args": {"rank": 16}}
+    assert backends.internal_config(tinker)["tinker_args"] == {
+        "renderer_name": "qwen3_disable_thinking",
+        "training_client_args": {"rank": 16},
+    }
     with pytest.raises(SystemExit):
         parse_args(["--gpu-memory", "1.5"])
 
@@ -180,7 +230,9 @@ def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, serve
             trajs = []
             for reward in (0.0, 1.0):
                 traj = art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=reward)
-                answer = await client.chat.completions.create(model=model.get_inference_name(), messages=traj.messages(), **extra)
+                answer = await client.chat.completions.create(
+                    model=model.get_inference_name(), messages=traj.messages(), **extra
+                )
                 traj.messages_and_choices.append(answer.choices[0])
                 trajs.append(traj)
             return art.TrajectoryGroup(trajs)
@@ -189,7 +241,8 @@ def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, serve
             await backend.train(model, [await group()])
         assert (await backend.train(model, [await group()], allow_training_without_logprobs=True)).step == 1
         assert (await backend.train(model, [await group(logprobs=True)])).step == 2
-        assert [r["model"] for r in server.requests] == ["skill-x@0"] * 4 + ["skill-x@1"] * 2  # served as name@step
+        # served as name@step
+        assert [r["model"] for r in server.requests] == ["skill-x@0"] * 4 + ["skill-x@1"] * 2
 
     asyncio.run(go())
 
@@ -206,7 +259,8 @@ def test_the_dry_run_cannot_be_used_after_close(tmp_path):
                 await use()
         with pytest.raises(RuntimeError, match="after close"):
             model.get_inference_name()
-        await backend.close()  # closing twice is allowed, as in ART
+        # closing twice is allowed, as in ART
+        await backend.close()
 
     asyncio.run(go())
 
@@ -229,11 +283,13 @@ def kept_steps(model) -> set[int]:
 
 
 def test_the_printed_best_step_is_the_one_arts_rule_keeps(tmp_path):
-    val = [(2, 0.9), (2, 0.1), (3, 0.6), (4, 0.3)]  # step 2: best row, but mean 0.5; step 3: best mean
+    # step 2: best row, but mean 0.5; step 3: best mean
+    val = [(2, 0.9), (2, 0.1), (3, 0.6), (4, 0.3)]
 
     async def go():
         art_rule = await _trained(tmp_path, "art", val)
-        await art_rule.delete_checkpoints("val/reward")  # ART's own choice
+        # ART's own choice
+        await art_rule.delete_checkpoints("val/reward")
         ours = await _trained(tmp_path, "ours", val)
         kept = await backends.keep_best_and_latest(ours, await ours.get_step())
         return kept_steps(art_rule), kept, kept_steps(ours)
@@ -250,11 +306,13 @@ def test_on_a_tie_the_printed_best_step_is_the_one_kept(tmp_path):
         return model, await backends.keep_best_and_latest(model, await model.get_step())
 
     model, kept = asyncio.run(go())
-    assert kept.best[0] == 2 and kept_steps(model) == {2, 3}  # ART's own pick among 1 and 2 varies from call to call
+    # ART's own pick among 1 and 2 varies from call to call
+    assert kept.best[0] == 2 and kept_steps(model) == {2, 3}
 
 
 def test_the_base_models_validation_at_step_0_is_never_the_best_checkpoint(tmp_path):
-    async def go():  # a warm start's run validates the base model first; it has no checkpoint to keep
+    # a warm start's run validates the base model first; it has no checkpoint to keep
+    async def go():
         model = await _trained(tmp_path, "base-best", [(0, 0.9), (1, 0.4), (2, 0.3)])
         return model, await backends.keep_best_and_latest(model, await model.get_step())
 
@@ -272,14 +330,21 @@ def test_the_end_of_a_run_says_how_to_use_the_model_on_each_backend(tmp_path):
     assert any(f"--max-lora-rank 32 --lora-modules skill-s={where}/checkpoints/0003" in line for line in local)
 
     serverless, model = art.ServerlessBackend(api_key="wandb-test"), dry_model(tmp_path, "run")
-    model.entity = "me"  # what ServerlessBackend.register sets; built offline, never registered
+    # what ServerlessBackend.register sets; built offline, never registered
+    model.entity = "me"
     name = serverless._model_inference_name(model, step=3)
-    lines = backends.ending_lines("serverless", args, "skill-s",
-                                  backends.Kept(where, 5, (3, 0.7), name, serverless._base_url))
-    assert name == "wandb-artifact:///me/p/run:step3" and any(name in line and "api.training.wandb.ai" in line for line in lines)
+    lines = backends.ending_lines(
+        "serverless", args, "skill-s", backends.Kept(where, 5, (3, 0.7), name, serverless._base_url)
+    )
+    assert name == "wandb-artifact:///me/p/run:step3" and any(
+        name in line and "api.training.wandb.ai" in line for line in lines
+    )
     tinker = backends.ending_lines("tinker", args, "skill-s", backends.Kept(where, 5, (3, 0.7), "skill-s@3", None))
     assert any(f"{where}/checkpoints/0003/info.yaml" in line for line in tinker)
-    on_cpu = "\n".join(backends.ending_lines("cpu", args, "skill-s", backends.Kept(where, 5, (3, 0.7), "skill-s@3", None)))
+    on_cpu = "\n".join(
+        backends.ending_lines("cpu", args, "skill-s", backends.Kept(where, 5, (3, 0.7), "skill-s@3", None))
+    )
     assert f"--checkpoint {where}/checkpoints/0003 --base-model Qwen/Qwen2.5-3B-Instruct" in on_cpu
     stopped = "\n".join(backends.ending_lines("cpu", args, "skill-s", backends.Kept(where, 0, None, "skill-s@0", None)))
-    assert "--checkpoint" not in stopped and "nothing was trained" in stopped  # stopped before a step: no folder 0000
+    # stopped before a step: no folder 0000
+    assert "--checkpoint" not in stopped and "nothing was trained" in stopped

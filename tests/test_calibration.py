@@ -17,15 +17,19 @@ FAST = [p for p in FIXTURES if p.stem in ("git-commit-commitlint", "git-commit-r
 
 
 def _misses(cal: calibration.Calibration) -> list[str]:
-    out = [f"{r.name}: {r.passed}/{r.applied} ({r.failures})" for r in cal.checks.values()
-           if r.rate < calibration.MIN_PASS and (r.applied >= 34 or r.applied - r.passed > 1)]
+    out = [
+        f"{r.name}: {r.passed}/{r.applied} ({r.failures})"
+        for r in cal.checks.values()
+        if r.rate < calibration.MIN_PASS and (r.applied >= 34 or r.applied - r.passed > 1)
+    ]
     return out + ([f"below {calibration.LOW}: {cal.low:.1%}"] if cal.low > calibration.MAX_LOW else [])
 
 
 def _check(path: Path, expect: bool) -> None:
     skill = exploits.load_real(load_skill(ROOT / "skills" / "git-commit", with_tasks=False), [path], expect)
     cal = calibration.calibrate(skill)
-    assert cal.kept == cal.tasks > 30  # mined messages all keep commitlint's rules
+    # mined messages all keep commitlint's rules
+    assert cal.kept == cal.tasks > 30
     assert not _misses(cal), path.name
 
 
@@ -35,7 +39,8 @@ def test_human_messages_pass_every_git_commit_check(path, expect):
     _check(path, expect)
 
 
-@pytest.mark.slow  # every real fixture: a few seconds each
+# every real fixture: a few seconds each
+@pytest.mark.slow
 @pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
 def test_human_messages_pass_every_git_commit_check_on_every_fixture(path, expect):
@@ -47,8 +52,10 @@ def test_calibration_counts_a_check_humans_fail():
     from skill_rl import check
 
     skill = load_skill(ROOT / "skills" / "git-commit", with_tasks=False)
-    tasks = [Task(id=f"t{i}", input="diff --git a/a b/a\n", reference=m)
-             for i, m in enumerate(["fix: parse dates", "feat: add retries", "not a commit"])]
+    tasks = [
+        Task(id=f"t{i}", input="diff --git a/a b/a\n", reference=m)
+        for i, m in enumerate(["fix: parse dates", "feat: add retries", "not a commit"])
+    ]
 
     @check("format", kind="estimate")
     def never(output, task):
@@ -61,5 +68,7 @@ def test_calibration_counts_a_check_humans_fail():
     module.never, module.conventional = never, skill.checks.conventional
     probe = dataclasses.replace(skill, checks=module, tasks=tuple(tasks))
     cal = calibration.calibrate(probe)
-    assert (cal.tasks, cal.kept) == (3, 2) and cal.checks["never"].rate == 0.0 and cal.checks["conventional"].rate == 1.0
+    assert (
+        (cal.tasks, cal.kept) == (3, 2) and cal.checks["never"].rate == 0.0 and cal.checks["conventional"].rate == 1.0
+    )
     assert any("never (estimate) passes 0/2" in line for line in calibration.problems(cal, "probe"))

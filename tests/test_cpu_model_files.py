@@ -17,12 +17,14 @@ from skill_rl.errors import Exit
 
 # the headers are read by the libraries of the [cpu] extra: gguf's GGUFReader, safetensors' safe_open
 needs_gguf = pytest.mark.skipif(find_spec("gguf") is None, reason="a GGUF header is read with gguf, of the [cpu] extra")
-needs_safetensors = pytest.mark.skipif(find_spec("safetensors") is None,
-                                       reason="an adapter is read with safetensors, of the [cpu] extra")
+needs_safetensors = pytest.mark.skipif(
+    find_spec("safetensors") is None, reason="an adapter is read with safetensors, of the [cpu] extra"
+)
 
 
 def gguf_bytes(tensors: int = 1, cut: int = 0) -> bytes:
     """A small well-formed GGUF (one metadata string, `tensors` F32 tensors of 4x8), less its last `cut` bytes."""
+
     def text(s: str) -> bytes:
         return struct.pack("<Q", len(s)) + s.encode()
 
@@ -51,39 +53,61 @@ def test_a_well_formed_gguf_passes_the_check(tmp_path):
     assert cpu.locate(str(tmp_path / "m.gguf")) == (str(tmp_path), "m.gguf")
 
 
-@pytest.mark.parametrize("case, data, words", [
-    pytest.param("tensor data cut short", gguf_bytes(3, cut=100), "cut short", marks=needs_gguf),
-    pytest.param("header cut short", gguf_bytes(3)[:60], "cut short", marks=needs_gguf),
-    ("not a GGUF file", b"hello, world", "not a GGUF file"),
-    ("an unknown version", b"GGUF" + struct.pack("<IQQ", 99, 0, 0), "version 99"),
-    pytest.param("a string longer than the file", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62),
-                 "cut short", marks=needs_gguf),
-    pytest.param("an array count past the file's end",
-                 b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 0, 2**40)
-                 + b"\0" * 2**16, "cut short", marks=needs_gguf),
-])
+@pytest.mark.parametrize(
+    "case, data, words",
+    [
+        pytest.param("tensor data cut short", gguf_bytes(3, cut=100), "cut short", marks=needs_gguf),
+        pytest.param("header cut short", gguf_bytes(3)[:60], "cut short", marks=needs_gguf),
+        ("not a GGUF file", b"hello, world", "not a GGUF file"),
+        ("an unknown version", b"GGUF" + struct.pack("<IQQ", 99, 0, 0), "version 99"),
+        pytest.param(
+            "a string longer than the file",
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62),
+            "cut short",
+            marks=needs_gguf,
+        ),
+        pytest.param(
+            "an array count past the file's end",
+            b"GGUF"
+            + struct.pack("<IQQ", 3, 0, 1)
+            + struct.pack("<Q", 1)
+            + b"k"
+            + struct.pack("<IIQ", 9, 0, 2**40)
+            + b"\0" * 2**16,
+            "cut short",
+            marks=needs_gguf,
+        ),
+    ],
+)
 def test_a_corrupt_gguf_is_refused_in_one_line_before_loading(tmp_path, case, data, words):
     (tmp_path / "m.gguf").write_bytes(data)
     text = refused(str(tmp_path / "m.gguf"))
     assert text.startswith(f"--base-model {tmp_path / 'm.gguf'}: ") and words in text
 
 
-
 @pytest.mark.parametrize("library", ["gguf", "safetensors"])
 def test_without_the_cpu_extra_a_model_file_check_is_one_line_naming_it(tmp_path, monkeypatch, library):
-    monkeypatch.setitem(sys.modules, library, None)  # as if not installed: importing it raises ImportError
+    # as if not installed: importing it raises ImportError
+    monkeypatch.setitem(sys.modules, library, None)
     (tmp_path / "m.gguf").write_bytes(gguf_bytes(1))
     with pytest.raises(Exit) as stop:
-        cpu.locate(str(tmp_path / "m.gguf")) if library == "gguf" else cpu.checkpoint_problem(checkpoint(tmp_path / "0001"))
-    assert stop.value.code == 2 and str(stop.value) == (f"reading this model's files needs the {library} package of the "
-                                                        '[cpu] extra: pip install -e ".[cpu]"')
+        cpu.locate(str(tmp_path / "m.gguf")) if library == "gguf" else cpu.checkpoint_problem(
+            checkpoint(tmp_path / "0001")
+        )
+    assert stop.value.code == 2 and str(stop.value) == (
+        f'reading this model\'s files needs the {library} package of the [cpu] extra: pip install -e ".[cpu]"'
+    )
 
-@pytest.mark.parametrize("config, words", [
-    ("[1, 2]", "must be a JSON object, got list"),
-    ('{"model_type": ', "not valid JSON"),
-    ('{"model_type": 3}', "'model_type' must be a string"),
-    (b"\xff\xfe{}", "not valid JSON"),
-])
+
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ("[1, 2]", "must be a JSON object, got list"),
+        ('{"model_type": ', "not valid JSON"),
+        ('{"model_type": 3}', "'model_type' must be a string"),
+        (b"\xff\xfe{}", "not valid JSON"),
+    ],
+)
 def test_a_config_json_that_is_not_an_object_is_refused_in_one_line(tmp_path, config, words):
     (tmp_path / "config.json").write_bytes(config if isinstance(config, bytes) else config.encode())
     text = refused(str(tmp_path))
@@ -99,12 +123,15 @@ def checkpoint(where: Path, adapter: bytes | None = None) -> Path:
     return where
 
 
-@pytest.mark.parametrize("case, cut, words", [
-    ("tensor data cut short", lambda b: b[:-5], "cut short"),
-    ("header cut short", lambda b: b[:20], "cut short"),
-    ("header length beyond the file", lambda b: struct.pack("<Q", 2**40) + b[8:], "cut short"),
-    ("header not JSON", lambda b: struct.pack("<Q", 4) + b"nope", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "case, cut, words",
+    [
+        ("tensor data cut short", lambda b: b[:-5], "cut short"),
+        ("header cut short", lambda b: b[:20], "cut short"),
+        ("header length beyond the file", lambda b: struct.pack("<Q", 2**40) + b[8:], "cut short"),
+        ("header not JSON", lambda b: struct.pack("<Q", 4) + b"nope", "not valid JSON"),
+    ],
+)
 @needs_safetensors
 def test_a_truncated_adapter_is_refused_in_one_line(tmp_path, case, cut, words):
     folder = checkpoint(tmp_path / "0001", cut)
@@ -121,7 +148,8 @@ def test_a_corrupt_optimizer_zip_is_found_before_torch_reads_it(tmp_path):
     with zipfile.ZipFile(folder / "optimizer.pt", "w") as z:
         z.writestr("archive/data.pkl", b"x" * 1000)
     data = bytearray((folder / "optimizer.pt").read_bytes())
-    data[100] ^= 0xFF  # one flipped byte inside the stored data
+    # one flipped byte inside the stored data
+    data[100] ^= 0xFF
     (folder / "optimizer.pt").write_bytes(bytes(data))
     assert "optimizer.pt" in cpu.checkpoint_problem(folder)
 
@@ -134,7 +162,8 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-@pytest.mark.slow  # loads torch
+# loads torch
+@pytest.mark.slow
 def test_a_tampered_optimizer_pt_is_refused_in_one_line_and_its_pickle_never_runs(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("peft")
@@ -149,11 +178,15 @@ def test_a_tampered_optimizer_pt_is_refused_in_one_line_and_its_pickle_never_run
     assert not marker.exists()
 
 
-@pytest.mark.slow  # loads transformers (torch)
+# loads transformers (torch)
+@pytest.mark.slow
 def test_a_config_that_fails_transformers_own_checks_is_one_line(tmp_path):
     pytest.importorskip("transformers")
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 7, "num_attention_heads": 2}))
-    assert cpu.locate(str(tmp_path)) == (str(tmp_path), None)  # well-formed JSON: transformers has the last word
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "llama", "hidden_size": 7, "num_attention_heads": 2})
+    )
+    # well-formed JSON: transformers has the last word
+    assert cpu.locate(str(tmp_path)) == (str(tmp_path), None)
     with pytest.raises(Exit) as stop:
         cpu.load_base(str(tmp_path), None)
     text = str(stop.value)

@@ -46,7 +46,8 @@ class Decoder:
         self.calls.append(len(rows))
         self.decoding.set()
         steps = 0
-        while steps < max_tokens:  # one decoding step a token, all rows at once; stopped rows end the batch
+        # one decoding step a token, all rows at once; stopped rows end the batch
+        while steps < max_tokens:
             steps += 1
             if abandoned is not None and all(abandoned()):
                 break
@@ -72,8 +73,11 @@ def post(server, body, key: str | None = "default", raw: bytes | None = None, he
     """(status, JSON answer) of a POST to /v1/chat/completions."""
     conn = http.client.HTTPConnection("127.0.0.1", server.http.server_address[1], timeout=60)
     data = raw if raw is not None else json.dumps(body).encode()
-    sent = {"Content-Type": "application/json", **({"Authorization": f"Bearer {server.api_key if key == 'default' else key}"}
-                                                     if key else {}), **(headers or {})}
+    sent = {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {server.api_key if key == 'default' else key}"} if key else {}),
+        **(headers or {}),
+    }
     conn.request("POST", "/v1/chat/completions", body=data, headers=sent)
     reply = conn.getresponse()
     status, payload = reply.status, json.loads(reply.read())
@@ -141,8 +145,10 @@ MALFORMED = [
 def test_a_malformed_request_is_answered_400_with_a_json_error(server, decoder, body, raw, said):
     status, payload = post(server, body, raw=raw)
     assert status in (400, 404) and said in payload["error"]["message"], payload
-    assert not decoder.calls  # nothing was decoded for it
-    assert post(server, chat())[0] == 200  # and the server goes on
+    # nothing was decoded for it
+    assert not decoder.calls
+    # and the server goes on
+    assert post(server, chat())[0] == 200
 
 
 def test_max_tokens_is_honoured_as_given_never_replaced_by_a_default(server, decoder):
@@ -154,9 +160,12 @@ def test_max_tokens_is_honoured_as_given_never_replaced_by_a_default(server, dec
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(server, decoder):
     with socket.create_connection(("127.0.0.1", port(server)), timeout=30) as sock:
-        sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.api_key}\r\n"
-                     f"Content-Length: {served.MAX_BODY + 1}\r\n\r\n".encode())
-        answer = answer_of(sock)  # answered at once: the server did not wait for 4 MB that never come
+        sock.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.api_key}\r\n"
+            f"Content-Length: {served.MAX_BODY + 1}\r\n\r\n".encode()
+        )
+        # answered at once: the server did not wait for 4 MB that never come
+        answer = answer_of(sock)
     assert answer.startswith("HTTP/1.0 413") and '"error"' in answer
 
 
@@ -164,8 +173,10 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server, decoder):
 def test_a_body_without_a_plain_length_is_refused(server, headers, status):
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", port(server)), timeout=30) as sock:
-        sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.api_key}\r\n"
-                     f"{head}\r\n".encode())
+        sock.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.api_key}\r\n"
+            f"{head}\r\n".encode()
+        )
         assert answer_of(sock).startswith(f"HTTP/1.0 {status}")
 
 
@@ -174,9 +185,12 @@ def test_a_body_that_stalls_is_dropped_after_the_read_timeout(monkeypatch, decod
     s = served.Server(decoder, {"trained": True})
     try:
         with socket.create_connection(("127.0.0.1", port(s)), timeout=30) as sock:
-            sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {s.api_key}\r\n"
-                         "Content-Length: 1000\r\n\r\n{\"model\"".encode())
-            assert sock.recv(65536) == b""  # closed by the server, with no answer: the request never arrived whole
+            sock.sendall(
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {s.api_key}\r\n"
+                'Content-Length: 1000\r\n\r\n{"model"'.encode()
+            )
+            # closed by the server, with no answer: the request never arrived whole
+            assert sock.recv(65536) == b""
         assert post(s, chat())[0] == 200 and not decoder.calls[1:]
     finally:
         s.close()
@@ -184,7 +198,8 @@ def test_a_body_that_stalls_is_dropped_after_the_read_timeout(monkeypatch, decod
 
 
 def test_requests_that_arrive_together_are_decoded_as_one_batch(decoder):
-    s = served.Server(decoder, {"trained": True}, window_s=60)  # the batch starts once it is full, not after 60 s
+    # the batch starts once it is full, not after 60 s
+    s = served.Server(decoder, {"trained": True}, window_s=60)
     try:
         with ThreadPoolExecutor(GEN_BATCH) as pool:
             answers = list(pool.map(lambda i: post(s, chat(f"request {i:02d}")), range(GEN_BATCH)))
@@ -195,14 +210,20 @@ def test_requests_that_arrive_together_are_decoded_as_one_batch(decoder):
 
 
 def test_a_client_that_hangs_up_stops_its_rows_and_leaves_no_traceback(server, decoder, capfd):
-    decoder.hold.clear()  # decoding waits, step by step, for the test
+    # decoding waits, step by step, for the test
+    decoder.hold.clear()
     body = json.dumps(chat(max_tokens=1000)).encode()
     sock = socket.create_connection(("127.0.0.1", port(server)), timeout=30)
-    sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.api_key}\r\n"
-                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    sock.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.api_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     assert decoder.decoding.wait(30)
-    sock.close()  # the client hangs up while its answer is being decoded
-    status, payload = post(server, chat("next"))  # queued behind the abandoned batch, answered once it stopped
+    # the client hangs up while its answer is being decoded
+    sock.close()
+    # queued behind the abandoned batch, answered once it stopped
+    status, payload = post(server, chat("next"))
     assert status == 200 and payload["choices"][0]["message"]["content"] == "ext"
     assert decoder.steps[0] < 1000, "the abandoned rows were decoded to max_tokens"
     assert "Traceback" not in capfd.readouterr().err

@@ -17,7 +17,8 @@ def test_threads_are_the_idle_cores_and_at_least_one(monkeypatch):
     monkeypatch.delenv("SKILL_RL_CPU_THREADS", raising=False)
     cores = os.cpu_count() or 1
     monkeypatch.setattr(weights, "busy_cores", lambda seconds=0.5: 0.1)
-    assert weights.threads() == cores  # a lagging load average of 1.2 no longer takes a core away
+    # a lagging load average of 1.2 no longer takes a core away
+    assert weights.threads() == cores
     monkeypatch.setattr(weights, "busy_cores", lambda seconds=0.5: cores - 0.2)
     assert weights.threads() == 1
     monkeypatch.setenv("SKILL_RL_CPU_THREADS", str(cores))

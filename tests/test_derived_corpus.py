@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import skill_folder
+
 from skill_rl.scoring.derived import derive
 from skill_rl.skills import Task, load_skill
 
@@ -26,14 +26,20 @@ HEAD = "---\nname: {name}\ndescription: Corpus excerpt.\n---\n\n# {name}\n\n## P
 def corpus(tmp_path, folder):
     for md in sorted(p for p in folder.glob("*.md") if p.name != "README.md"):
         side = json.loads(md.with_suffix(".json").read_text())
-        skill = skill_folder(tmp_path / folder.name, md.stem, md=HEAD.format(name=md.stem) + md.read_text(),
-                             tasks=[{"id": "a", "input": side["input"]}])
+        skill = skill_folder(
+            tmp_path / folder.name,
+            md.stem,
+            md=HEAD.format(name=md.stem) + md.read_text(),
+            tasks=[{"id": "a", "input": side["input"]}],
+        )
         yield md.stem, load_skill(skill), side
 
 
 def _states(d, expected: dict) -> bool:
     limit = d.fn.limit
-    return d.fn.__name__ == expected["check"] and ("n" not in expected or (limit is not None and limit[3] == expected["n"]))
+    return d.fn.__name__ == expected["check"] and (
+        "n" not in expected or (limit is not None and limit[3] == expected["n"])
+    )
 
 
 def measure(tmp_path, folder):
@@ -59,21 +65,28 @@ def test_derived_checks_on_the_corpus_are_precise_and_recall_is_reported(tmp_pat
     for name, _, side, found, prose, ok, got in rows:
         wrong = [f"{d.fn.__name__} ({d.fn.__doc__})" for d in prose if d not in ok]
         missed = [e["check"] for e in side["constraints"] if e not in got]
-        print(f"{name:24} derived {len(prose)}, right {len(ok)}, expected {len(side['constraints'])}, not derived listed "
-              f"{len(found.ignored)}" + (f"; wrong: {', '.join(wrong)}" if wrong else "") + (f"; missed: {', '.join(missed)}" if missed else ""))
-    print(f"{group} corpus: {len(rows)} excerpts, {expected} constraints, {derived} derived prose checks; "
-          f"precision {right}/{derived} = {right / derived:.2f}, recall {seen}/{expected} = {seen / expected:.2f}")
+        print(
+            f"{name:24} derived {len(prose)}, right {len(ok)}, expected {len(side['constraints'])}, not derived listed "
+            f"{len(found.ignored)}"
+            + (f"; wrong: {', '.join(wrong)}" if wrong else "")
+            + (f"; missed: {', '.join(missed)}" if missed else "")
+        )
+    print(
+        f"{group} corpus: {len(rows)} excerpts, {expected} constraints, {derived} derived prose checks; "
+        f"precision {right}/{derived} = {right / derived:.2f}, recall {seen}/{expected} = {seen / expected:.2f}"
+    )
     assert right / derived >= 0.95
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_no_derived_check_fails_an_excerpts_own_example(tmp_path, group):
     checked = 0
-    for name, skill, side, found, *_ in measure(tmp_path, GROUPS[group]):
+    for name, _skill, side, found, *_ in measure(tmp_path, GROUPS[group]):
         task = Task(id="t", input=side["input"])
         for d in found.checks:
             result = d.fn(side["example"], task)
             checked += 1
-            assert result is None or result is True or (result is not False and result >= 1), \
+            assert result is None or result is True or (result is not False and result >= 1), (
                 f"{name}: {d.fn.__name__} ({d.fn.__doc__}) fails the example: {result}"
+            )
     assert checked

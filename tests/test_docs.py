@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import skill_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +40,8 @@ def anchors(text: str) -> set[str]:
 def broken_links(page: Path) -> list[str]:
     out = []
     for target in LINK.findall(prose(page.read_text())):
-        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+        # https:, mailto: ...
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
             continue
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
@@ -76,9 +76,14 @@ def test_every_relative_link_resolves_to_a_file_and_heading(page):
 
 
 def test_a_broken_link_or_anchor_is_found(tmp_path):
-    (tmp_path / "a.md").write_text("# A page\n\n## Two words `x.y`\n\n[ok](#two-words-xy) [file](a.md#a-page)\n"
-                                   "[gone](b.md) [bad](#nowhere) `[code](c.md)`\n```\n[fenced](d.md)\n```\n")
-    assert broken_links(tmp_path / "a.md") == ["a.md: b.md (no such file)", "a.md: #nowhere (no heading with that anchor)"]
+    (tmp_path / "a.md").write_text(
+        "# A page\n\n## Two words `x.y`\n\n[ok](#two-words-xy) [file](a.md#a-page)\n"
+        "[gone](b.md) [bad](#nowhere) `[code](c.md)`\n```\n[fenced](d.md)\n```\n"
+    )
+    assert broken_links(tmp_path / "a.md") == [
+        "a.md: b.md (no such file)",
+        "a.md: #nowhere (no heading with that anchor)",
+    ]
 
 
 def test_the_command_line_reference_names_every_flag(capsys):
@@ -101,15 +106,23 @@ def test_the_readme_example_skill_passes_check_and_its_check_scores_the_kind(tmp
 
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## A skill") :]
-    skill_folder(tmp_path / "skills", "changelog-line",
-                 md=re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1),
-                 tasks=re.search(r"```json\n(.*?)```\n", section, re.S).group(1),
-                 checks=re.search(r"```python\n(.*?)```\n", section, re.S).group(1))
+    skill_folder(
+        tmp_path / "skills",
+        "changelog-line",
+        md=re.search(r"````markdown\n(.*?)````\n", section, re.S).group(1),
+        tasks=re.search(r"```json\n(.*?)```\n", section, re.S).group(1),
+        checks=re.search(r"```python\n(.*?)```\n", section, re.S).group(1),
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["--skill", "changelog-line", "--check"]) == 0, capsys.readouterr().err
     listed = capsys.readouterr().out
-    assert "kind_right" in listed and all(name in listed for name in ("kind_one_of", "no_preamble", "each_line_max_chars"))
-    outputs = ["Kind: fixed\nEntry: `tide status` works with an empty config file.", "Kind: added\nEntry: `tide status` works."]
+    assert "kind_right" in listed and all(
+        name in listed for name in ("kind_one_of", "no_preamble", "each_line_max_chars")
+    )
+    outputs = [
+        "Kind: fixed\nEntry: `tide status` works with an empty config file.",
+        "Kind: added\nEntry: `tide status` works.",
+    ]
     (tmp_path / "out.jsonl").write_text(json.dumps({"task_id": "empty-config", "outputs": outputs}) + "\n")
     assert main(["--skill", "changelog-line", "--score", "out.jsonl", "--judge", "none", "--quiet"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

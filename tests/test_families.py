@@ -13,7 +13,8 @@ import pytest
 
 from bench import families
 
-ABOVE = families.exploits.STEP_ABOVE  # with expect, without
+# with expect, without
+ABOVE = families.exploits.STEP_ABOVE
 
 
 def step_families(skill) -> dict:
@@ -22,8 +23,11 @@ def step_families(skill) -> dict:
 
 # the fast tier: each skill's shipped tasks and one real fixture; the slow tier every other real fixture
 FAST = {"shipped tasks", "review-deno", "release-notes-yargs-parser"}
-CASES = [pytest.param(name, label, id=f"{name}: {label}", marks=() if label in FAST else pytest.mark.slow)
-         for name in sorted(families.FIXTURES) for label in families.fixtures(name)]
+CASES = [
+    pytest.param(name, label, id=f"{name}: {label}", marks=() if label in FAST else pytest.mark.slow)
+    for name in sorted(families.FIXTURES)
+    for label in families.fixtures(name)
+]
 
 
 @pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
@@ -31,7 +35,9 @@ CASES = [pytest.param(name, label, id=f"{name}: {label}", marks=() if label in F
 def test_no_family_scores_above_the_real_answer(name, label, expect, capsys):
     skill = families.fixtures(name)[label]
     rates, human = families.measure(skill, expect)
-    assert "check error" not in capsys.readouterr().err, "a check failed to run (timed out?): the rates below mean nothing"
+    assert "check error" not in capsys.readouterr().err, (
+        "a check failed to run (timed out?): the rates below mean nothing"
+    )
     assert {r.family for r in rates if r.tasks} >= set(step_families(skill)), "a family applied to no task"
     assert not [f"{r.family}: {r.above}/{r.tasks} ({r.first})" for r in rates if r.rate > ABOVE[expect]]
     assert sum(r < families.LOW - 1e-9 for r in human) <= 0.03 * len(human)

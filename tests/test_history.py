@@ -9,12 +9,19 @@ from skill_rl.training import history
 from skill_rl.training.backends import best_step
 from skill_rl.training.monitor import Monitor
 
-ROWS = [{"step": 0, "val/reward": 0.2, "val/skill/reward": 0.3, "recorded_at": "t"},
-        {"step": 1, "train/reward": 0.5, "train/monitor/length": 40.0, "train/monitor/gap/format": 0.1,
-         "train/monitor/constant/type": 2.0},
-        {"step": 1, "val/reward": 0.6},
-        {"step": 2, "train/reward": 0.7, "train/monitor/length": 55.0, "train/monitor/constant/type": 3.0},
-        {"step": 2, "val/reward": 0.4}]
+ROWS = [
+    {"step": 0, "val/reward": 0.2, "val/skill/reward": 0.3, "recorded_at": "t"},
+    {
+        "step": 1,
+        "train/reward": 0.5,
+        "train/monitor/length": 40.0,
+        "train/monitor/gap/format": 0.1,
+        "train/monitor/constant/type": 2.0,
+    },
+    {"step": 1, "val/reward": 0.6},
+    {"step": 2, "train/reward": 0.7, "train/monitor/length": 55.0, "train/monitor/constant/type": 3.0},
+    {"step": 2, "val/reward": 0.4},
+]
 TORN = b'{"step": 3, "train/reward": 0.9, "train/monit'
 
 
@@ -31,8 +38,12 @@ def test_rows_skip_a_torn_last_line_and_rows_without_a_whole_number_step(tmp_pat
 
 
 def test_a_metric_that_is_not_a_number_is_none(tmp_path):
-    rows = history.rows(write(tmp_path / history.NAME, [{"step": 1, "val/reward": "high"}, {"step": 2, "val/reward": True},
-                                                        {"step": 3, "val/reward": 0.5}]))
+    rows = history.rows(
+        write(
+            tmp_path / history.NAME,
+            [{"step": 1, "val/reward": "high"}, {"step": 2, "val/reward": True}, {"step": 3, "val/reward": 0.5}],
+        )
+    )
     assert history.values(rows, "val/reward") == [(3, 0.5)]
 
 
@@ -43,22 +54,29 @@ def test_every_reader_of_a_torn_history_reads_the_whole_rows(tmp_path):
     assert best_step(path) == (1, 0.6)
 
 
-@pytest.mark.slow  # training/steps.py imports ART (torch)
+# training/steps.py imports ART (torch)
+@pytest.mark.slow
 def test_the_internalize_arms_of_a_torn_history_are_its_whole_rows(tmp_path):
     from skill_rl.training.steps import arms
 
     path = write(tmp_path / history.NAME, ROWS, TORN)
     assert [(a["arm"], a["reward"]) for a in arms(path, 2)] == [
-        ("base model, with SKILL.md", 0.3), ("base model, without SKILL.md", 0.2), ("trained @2, without SKILL.md", 0.4)]
+        ("base model, with SKILL.md", 0.3),
+        ("base model, without SKILL.md", 0.2),
+        ("trained @2, without SKILL.md", 0.4),
+    ]
 
 
 def test_mend_ends_a_torn_last_line_keeps_its_bytes_and_names_its_line(tmp_path, capsys):
     path = write(tmp_path / history.NAME, ROWS, TORN)
     history.mend(path)
     assert path.read_bytes().endswith(b"\n" + TORN + b"\n")
-    assert capsys.readouterr().err == (f"warning: {path}:{len(ROWS) + 1}: the last line was cut short (a crash?); it is "
-                                       "skipped, and the run logs on from the next line\n")
-    with path.open("a") as f:  # as ART's model.log appends
+    assert capsys.readouterr().err == (
+        f"warning: {path}:{len(ROWS) + 1}: the last line was cut short (a crash?); it is "
+        "skipped, and the run logs on from the next line\n"
+    )
+    # as ART's model.log appends
+    with path.open("a") as f:
         f.write(json.dumps({"step": 3, "train/reward": 0.9}) + "\n")
     assert history.rows(path)[-1] == {"step": 3, "train/reward": 0.9}
 

@@ -110,8 +110,17 @@ def test_fold_turns_look_alike_letters_into_latin_ones_and_leaves_other_text():
     assert fold("日本語のテキスト") == "日本語のテキスト"
 
 
-@pytest.mark.parametrize("text, mixed", [("gr\u0430der", True), ("\u03b5valuator", True), ("café crème", False),
-                                         ("Привет мир", False), ("5μm and 10μs", False), ("ελληνικά", False)])
+@pytest.mark.parametrize(
+    "text, mixed",
+    [
+        ("gr\u0430der", True),
+        ("\u03b5valuator", True),
+        ("café crème", False),
+        ("Привет мир", False),
+        ("5μm and 10μs", False),
+        ("ελληνικά", False),
+    ],
+)
 def test_a_word_mixing_latin_with_a_look_alike_script_is_suspicious(text, mixed):
     assert mixes_scripts(text.lower()) is mixed
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # builds a wheel and a virtual environment
+# builds a wheel and a virtual environment
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -30,8 +31,16 @@ def build_wheel(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "README.md", "train_skill.py"):
         shutil.copy(ROOT / name, src / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
-    code, log = run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; b.build_wheel(sys.argv[1])",
-                     str(tmp_path / "dist")], cwd=src, env=env)
+    code, log = run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from setuptools import build_meta as b; b.build_wheel(sys.argv[1])",
+            str(tmp_path / "dist"),
+        ],
+        cwd=src,
+        env=env,
+    )
     assert code == 0, log[-3000:]
     assert not re.findall(r".*(?:Warning\b|warning:).*", log), log[-3000:]
     return next((tmp_path / "dist").glob("skill_rl-*.whl"))
@@ -42,7 +51,9 @@ def fresh_venv(where: Path) -> Path:
     line adds a folder but runs none of the .pth files in it, so an editable skill-rl there stays out)."""
     run([sys.executable, "-m", "venv", "--without-pip", str(where)], cwd=where.parent)
     python = where / "bin" / "python"
-    site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=where)[1].strip())
+    site = Path(
+        run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=where)[1].strip()
+    )
     deps = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     (site / "deps-of-the-test-interpreter.pth").write_text("\n".join(deps) + "\n")
     return python
@@ -51,8 +62,10 @@ def fresh_venv(where: Path) -> Path:
 def test_a_wheel_in_a_fresh_venv_lists_checks_and_inits_from_another_directory(tmp_path):
     wheel = build_wheel(tmp_path)
     python = fresh_venv(tmp_path / "venv")
-    code, log = run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
-                     str(wheel)], cwd=tmp_path)
+    code, log = run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        cwd=tmp_path,
+    )
     assert code == 0, log
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -67,13 +80,25 @@ def test_a_wheel_in_a_fresh_venv_lists_checks_and_inits_from_another_directory(t
     code, out = run([str(script), "--init", "my-new-skill"], cwd=work, env=env)
     assert code == 0, out
     assert (work / "skills" / "my-new-skill" / "SKILL.md").is_file()
-    assert (work / "skills" / "my-new-skill" / "checks.py").is_file()  # the wheel carries the template's checks.py
-    assert not list((tmp_path / "venv").rglob("my-new-skill"))  # never into the install
-    code, out = run([str(python), "-c", "import sys; from train_skill import main; from skill_rl.skills import skill_dirs; "
-                     "print(*skill_dirs(), sep='\\n'); "
-                     "sys.exit(main(['--skill', 'my-new-skill', '--check']) or main(['--skill', 'code-review', '--check']))"],
-                    cwd=work, env=env)
-    assert code == 0, out  # ./skills first, then the shipped ones
-    assert re.search(r"exploits \(exploits\.py\): [1-9][0-9]*, plus", out), out  # the wheel carries code-review's exploits.py
+    # the wheel carries the template's checks.py
+    assert (work / "skills" / "my-new-skill" / "checks.py").is_file()
+    # never into the install
+    assert not list((tmp_path / "venv").rglob("my-new-skill"))
+    code, out = run(
+        [
+            str(python),
+            "-c",
+            "import sys; from train_skill import main; from skill_rl.skills import skill_dirs; "
+            "print(*skill_dirs(), sep='\\n'); "
+            "sys.exit(main(['--skill', 'my-new-skill', '--check']) or main(['--skill', 'code-review', '--check']))",
+        ],
+        cwd=work,
+        env=env,
+    )
+    # ./skills first, then the shipped ones
+    assert code == 0, out
+    # the wheel carries code-review's exploits.py
+    assert re.search(r"exploits \(exploits\.py\): [1-9][0-9]*, plus", out), out
     here, shipped = out.splitlines()[:2]
-    assert here == str(work / "skills") and shipped.startswith(str(tmp_path / "venv")), out  # the wheel's own copy
+    # the wheel's own copy
+    assert here == str(work / "skills") and shipped.startswith(str(tmp_path / "venv")), out

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from skill_rl.commands import config
-from skill_rl.settings import env
 from skill_rl.errors import Exit
+from skill_rl.settings import env
 from skill_rl.skills import find_skill, load_skill, skill_dirs
 from skill_rl.training import backends
 from train_skill import main, parse_args
@@ -34,7 +34,8 @@ def test_auto_on_an_offline_gpu_without_a_prepared_runtime_exits_2_saying_what_t
         backends.pick_backend("auto")
     assert e.value.code == 2 and "`art runtime prepare`" in str(e.value) and "ART_VLLM_RUNTIME_BIN" in str(e.value)
     assert gpu_machine == [("runtime", None), ("network", backends.PACKAGE_INDEX)]
-    assert main(["--skill", "git-commit", "--judge", "none", "--format-only-reward"]) == 2  # the command: one line
+    # the command: one line
+    assert main(["--skill", "git-commit", "--judge", "none", "--format-only-reward"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("error: --backend auto found a CUDA GPU, but ART's vLLM runtime")
 
@@ -82,17 +83,23 @@ def test_hf_home_given_or_a_backend_that_is_not_local_is_left_alone(no_hf_home, 
     assert config.model_cache("local") is None and os.environ["HF_HOME"] == str(no_hf_home / "mine")
 
 
-def test_hf_home_is_set_before_auto_looks_at_arts_runtime_and_said_in_the_runs_first_lines(gpu_machine, no_hf_home, monkeypatch):
+def test_hf_home_is_set_before_auto_looks_at_arts_runtime_and_said_in_the_runs_first_lines(
+    gpu_machine, no_hf_home, monkeypatch
+):
     seen = []
     monkeypatch.setattr(backends, "_vllm_runtime_ready", lambda: seen.append(os.environ.get("HF_HOME")) or True)
-    monkeypatch.setattr(backends, "plan", lambda s, skill, picked: backends.Plan("local", "Qwen/Qwen2.5-3B-Instruct", "test"))
+    monkeypatch.setattr(
+        backends, "plan", lambda s, skill, picked: backends.Plan("local", "Qwen/Qwen2.5-3B-Instruct", "test")
+    )
     skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
     run = config.resolve(parse_args(["--skill", "git-commit", "--judge", "none", "--format-only-reward"]), skill)
     want = str(no_hf_home / "home" / ".cache" / "huggingface")
     assert seen == [want] and run.notes[0].startswith("note: HF_HOME was unset") and want in run.notes[0]
 
 
-def test_export_on_an_offline_gpu_names_the_run_as_training_did_without_asking_for_the_runtime(gpu_machine, tmp_path, monkeypatch, capsys):
+def test_export_on_an_offline_gpu_names_the_run_as_training_did_without_asking_for_the_runtime(
+    gpu_machine, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     assert main(["--skill", "git-commit", "--export", "out"]) == 2
     err = capsys.readouterr().err

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_mining import ROOT, Scripted, mine, reasons, run
 
 from skill_rl import mining
 from skill_rl.keys import secret_in
-from test_mining import ROOT, Scripted, mine, reasons, run
 
 
 @pytest.fixture
@@ -25,8 +25,12 @@ def origin(tmp_path):
 
 
 def clone(origin, dest: Path, *flags) -> Scripted:
-    subprocess.run(["git", "clone", "-q", "--no-checkout", *flags, f"file://{origin.path}", str(dest)], env=origin.env,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--no-checkout", *flags, f"file://{origin.path}", str(dest)],
+        env=origin.env,
+        check=True,
+        capture_output=True,
+    )
     r = Scripted.__new__(Scripted)
     r.path, r.n, r.shas, r.env = dest, 0, dict(origin.shas), origin.env
     return r
@@ -63,12 +67,16 @@ def test_git_never_fetches_even_when_asked_for_a_missing_object(origin, tmp_path
     marker = tmp_path / "PWNED"
     hostile(r, "uploadpack", marker)
     monkeypatch.setattr(mining.git, "refuse_remote_objects", lambda repo: None)
-    if not lazy_fetch_switch:  # an older git, which does not know GIT_NO_LAZY_FETCH
+    # an older git, which does not know GIT_NO_LAZY_FETCH
+    if not lazy_fetch_switch:
         env = mining.git.git_env
-        monkeypatch.setattr(mining.git, "git_env", lambda path: {k: v for k, v in env(path).items() if k != "GIT_NO_LAZY_FETCH"})
+        monkeypatch.setattr(
+            mining.git, "git_env", lambda path: {k: v for k, v in env(path).items() if k != "GIT_NO_LAZY_FETCH"}
+        )
     repo = mining.Repo(r.path)
-    blob = subprocess.run(["git", "-C", str(origin.path), "rev-parse", "HEAD:src/core.py"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    blob = subprocess.run(
+        ["git", "-C", str(origin.path), "rev-parse", "HEAD:src/core.py"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     with pytest.raises(mining.Skip):
         repo.git("cat-file", "-p", blob)
     assert not marker.exists()
@@ -78,7 +86,8 @@ def test_a_shallow_clone_never_mines_its_oldest_commit_as_the_whole_tree(origin,
     r = clone(origin, tmp_path / "shallow", "--depth", "2")
     code, stdout, stderr, tasks = mine(r, "git-commit", tmp_path / "out.jsonl")
     assert code == 0, stderr
-    assert [t["id"] for t in tasks] == [f"git-{origin.shas['three'][:12]}"]  # 'two' is the cut: its parent is absent
+    # 'two' is the cut: its parent is absent
+    assert [t["id"] for t in tasks] == [f"git-{origin.shas['three'][:12]}"]
     assert reasons(stdout) == {"shallow clone: its parent is not in the clone": 1}
     assert "README.md" not in tasks[0]["input"]
 
@@ -91,8 +100,9 @@ def test_mining_refuses_the_skills_own_files_as_out_even_with_force(origin, tmp_
     shutil.copytree(ROOT / "skills" / "git-commit", skills / "git-commit")
     target = skills / "git-commit" / name
     before = target.read_bytes()
-    code, _, stderr = run("--skills-dir", skills, "--skill", "git-commit", "--tasks-from-git", origin.path,
-                          "--out", target, "--force")
+    code, _, stderr = run(
+        "--skills-dir", skills, "--skill", "git-commit", "--tasks-from-git", origin.path, "--out", target, "--force"
+    )
     assert (code, stderr.count("\n"), "the skill's" in stderr) == (2, 1, True), stderr
     assert target.read_bytes() == before
 
@@ -104,7 +114,7 @@ SECRETS = {
     "yaml": "x_api_key: Zq3vT9mL2pRw8sK\n",
     "json": '{"X_API_KEY": "Zq3vT9mL2pRw8sK"}\n',
     "quoted env": 'SERVICE_TOKEN="a1b2c3d4e5f6g7"\n',
-    "js": "const stripeSecretKey = \"Zq3vT9mL2pRw8sKx\";\n",
+    "js": 'const stripeSecretKey = "Zq3vT9mL2pRw8sKx";\n',
     "npm": "//registry.npmjs.org/:_authToken=npm_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5\n",
     "url": "DATABASE = 'postgres://app:s3cr3tP4ss@db.internal/app'\n",
     "high entropy": 'CONFIG = {"signing": "Tz7pQ2vXk9LmR4sW8yNb3Hc6Fd1Gj5KeA0uZ"}\n',

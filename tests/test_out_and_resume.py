@@ -9,24 +9,29 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import SMALL_DIFF as DIFF, small_git_commit
+from conftest import SMALL_DIFF as DIFF
+from conftest import small_git_commit
 from openai_server import FakeOpenAI
+
 from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def outputs(path: Path, n: int = 3) -> Path:
-    path.write_text("".join(json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: a", "fix: raise it"]}) + "\n"
-                            for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps({"input": DIFF.format(n=i), "outputs": ["fix: a", "fix: raise it"]}) + "\n" for i in range(n)
+        )
+    )
     return path
 
 
 def run(capsys, *argv) -> tuple[int, list[str]]:
     try:
         code = main(list(argv))
-    except SystemExit as e:  # argparse refuses a flag before main's body runs
+    # argparse refuses a flag before main's body runs
+    except SystemExit as e:
         code = e.code
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -53,8 +58,19 @@ def test_score_refuses_an_out_that_is_one_of_the_skills_files(tmp_path, capsys):
     for name in ("tasks.jsonl", "SKILL.md", "checks.py"):
         target = skills / "git-commit" / name
         before = target.read_bytes()
-        code, err = run(capsys, "--skills-dir", str(skills), "--skill", "git-commit", "--score", str(src),
-                        "--judge", "none", "--out", str(target))
+        code, err = run(
+            capsys,
+            "--skills-dir",
+            str(skills),
+            "--skill",
+            "git-commit",
+            "--score",
+            str(src),
+            "--judge",
+            "none",
+            "--out",
+            str(target),
+        )
         assert code == 2 and len(err) == 1 and f"{name}" in err[0], err
         assert target.read_bytes() == before
 
@@ -75,14 +91,33 @@ def test_a_disk_that_fills_during_score_stops_it_with_one_line_and_valid_records
     out = tmp_path / "out.jsonl"
 
     def small_disk():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # writes past 4 KB fail with EFBIG
+        # writes past 4 KB fail with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
-    run_ = subprocess.run([sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", "--score", str(src),
-                           "--judge", "none", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, preexec_fn=small_disk, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run_ = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train_skill.py"),
+            "--skill",
+            "git-commit",
+            "--score",
+            str(src),
+            "--judge",
+            "none",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=small_disk,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert run_.returncode == 1 and "Traceback" not in run_.stderr, run_.stderr[-2000:]
     assert [line for line in run_.stderr.splitlines() if line.startswith("error:")] == [
-        f"error: cannot write --out {out}: File too large; the records written before are kept (--resume continues)"]
+        f"error: cannot write --out {out}: File too large; the records written before are kept (--resume continues)"
+    ]
     for line in out.read_text().splitlines()[:-1]:
         json.loads(line)
 
@@ -91,10 +126,23 @@ def test_eval_refuses_an_out_that_is_a_file_or_lies_under_one(tmp_path, capsys):
     (tmp_path / "file.txt").write_text("keep me\n")
     with FakeOpenAI(policy_fn=lambda r: "fix: raise the limit") as server:
         for out in (tmp_path / "file.txt", tmp_path / "file.txt" / "eval"):
-            code, err = run(capsys, "--skill", "git-commit", "--eval", "--model", f"m=a@{server.url}", "--judge", "none",
-                            "--limit", "1", "--out", str(out))
+            code, err = run(
+                capsys,
+                "--skill",
+                "git-commit",
+                "--eval",
+                "--model",
+                f"m=a@{server.url}",
+                "--judge",
+                "none",
+                "--limit",
+                "1",
+                "--out",
+                str(out),
+            )
             assert code == 2 and len(err) == 1 and f"--out {out}" in err[0], err
-        assert not server.requests  # refused before any model was asked
+        # refused before any model was asked
+        assert not server.requests
     assert (tmp_path / "file.txt").read_text() == "keep me\n"
 
 
@@ -102,7 +150,17 @@ def test_eval_refuses_an_out_that_is_a_file_or_lies_under_one(tmp_path, capsys):
 @pytest.mark.parametrize("value", ["../escape", "a/b", "..", ".", "", "a\\b", "x\ny"])
 def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monkeypatch, flag, value):
     monkeypatch.chdir(tmp_path)
-    code, err = run(capsys, "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "none", flag, value)
+    code, err = run(
+        capsys,
+        "--skill",
+        "git-commit",
+        "--backend",
+        "skill_rl.training.dryrun:DryRunBackend",
+        "--judge",
+        "none",
+        flag,
+        value,
+    )
     assert code == 2 and len(err) == 1 and flag in err[0], err
     assert not (tmp_path / ".art").exists()
 
@@ -111,8 +169,20 @@ def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monk
 
 
 def score(capsys, skills, src, out, *extra):
-    return run(capsys, "--skills-dir", str(skills), "--skill", "git-commit", "--score", str(src), "--judge", "none",
-               "--out", str(out), *extra)
+    return run(
+        capsys,
+        "--skills-dir",
+        str(skills),
+        "--skill",
+        "git-commit",
+        "--score",
+        str(src),
+        "--judge",
+        "none",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def test_score_resume_refuses_records_of_another_input_or_skill(tmp_path, capsys):
@@ -120,14 +190,17 @@ def test_score_resume_refuses_records_of_another_input_or_skill(tmp_path, capsys
     src, out = outputs(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
     assert score(capsys, skills, src, out)[0] == 0
     before = out.read_bytes()
-    src.write_text(src.read_text().replace("fix: a", "fix: b"))  # the same name, another content
+    # the same name, another content
+    src.write_text(src.read_text().replace("fix: a", "fix: b"))
     code, err = score(capsys, skills, src, out, "--resume")
     assert code == 2 and len(err) == 1 and "another command" in err[0] and "without --resume" in err[0], err
     assert out.read_bytes() == before
     assert run(capsys, "--skill", "code-review", "--score", str(src), "--judge", "none", "--out", str(out))[0] == 0
-    code, err = score(capsys, skills, src, out, "--resume")  # written by code-review, resumed by git-commit
+    # written by code-review, resumed by git-commit
+    code, err = score(capsys, skills, src, out, "--resume")
     assert code == 2 and "another command" in err[0] and "code-review" in err[0], err
-    out.write_text('{"line": 1, "index": 0}\n')  # a file that names no command at all
+    # a file that names no command at all
+    out.write_text('{"line": 1, "index": 0}\n')
     assert score(capsys, skills, src, out, "--resume")[0] == 2
 
 
@@ -138,12 +211,16 @@ def eval_cmd(server_urls: dict, out: Path, *extra) -> list[str]:
 
 def test_eval_resume_evaluates_an_added_model_without_regenerating_the_others(tmp_path, capsys):
     out = tmp_path / "eval"
-    with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as a, FakeOpenAI(policy_fn=lambda r: "Raised it.") as b:
+    with (
+        FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as a,
+        FakeOpenAI(policy_fn=lambda r: "Raised it.") as b,
+    ):
         assert run(capsys, *eval_cmd({"a": a.url}, out))[0] == 0
         assert len(a.requests) == 3
         code, err = run(capsys, *eval_cmd({"a": a.url, "b": b.url}, out, "--resume"))
         assert code == 0, err
-        assert len(a.requests) == 3 and len(b.requests) == 3  # a's outputs were kept; b answered every task
+        # a's outputs were kept; b answered every task
+        assert len(a.requests) == 3 and len(b.requests) == 3
     rows = {r["model"]: r for r in json.loads((out / "results.json").read_text())["models"]}
     assert rows["a"]["n"] == 3 and rows["b"]["n"] == 3 and rows["a"]["format"] > rows["b"]["format"]
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
@@ -169,11 +246,13 @@ def test_eval_resume_refuses_records_of_another_command(tmp_path, capsys, change
         base = ["--skills-dir", str(skills), *eval_cmd({"a": a.url, "b": b.url}, out)]
         assert run(capsys, *base)[0] == 0
         before = (out / "records.jsonl").read_bytes()
-        again = {"samples": [*base, "--samples", "2"],
-                 "model id": [arg.replace("a=m@", "a=other@") for arg in base],
-                 "model url": [arg.replace(f"a=m@{a.url}", f"a=m@{b.url}") for arg in base],
-                 "dropped model": [arg for arg in base if arg != f"b=m@{b.url}"][:-0 or None],
-                 "tasks file": base}[change]
+        again = {
+            "samples": [*base, "--samples", "2"],
+            "model id": [arg.replace("a=m@", "a=other@") for arg in base],
+            "model url": [arg.replace(f"a=m@{a.url}", f"a=m@{b.url}") for arg in base],
+            "dropped model": [arg for arg in base if arg != f"b=m@{b.url}"][: -0 or None],
+            "tasks file": base,
+        }[change]
         if change == "dropped model":
             again = ["--skills-dir", str(skills), *eval_cmd({"a": a.url}, out)]
         if change == "tasks file":
@@ -191,8 +270,23 @@ def test_eval_resume_refuses_records_of_another_command(tmp_path, capsys, change
 
 def test_a_pipe_in_a_model_label_is_escaped_in_results_md(tmp_path, capsys):
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
-        assert run(capsys, "--skill", "git-commit", "--eval", "--model", f"a|b=m@{server.url}", "--judge", "none",
-                   "--limit", "1", "--out", str(tmp_path / "eval"))[0] == 0
+        assert (
+            run(
+                capsys,
+                "--skill",
+                "git-commit",
+                "--eval",
+                "--model",
+                f"a|b=m@{server.url}",
+                "--judge",
+                "none",
+                "--limit",
+                "1",
+                "--out",
+                str(tmp_path / "eval"),
+            )[0]
+            == 0
+        )
     table = [line for line in (tmp_path / "eval" / "results.md").read_text().splitlines() if line.startswith("|")]
     assert "| a\\|b |" in table[2] and len({line.replace("\\|", "").count("|") for line in table}) == 1
 
@@ -200,17 +294,33 @@ def test_a_pipe_in_a_model_label_is_escaped_in_results_md(tmp_path, capsys):
 def test_a_duplicate_key_in_score_input_is_an_error_as_in_tasks_jsonl(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_text('{"input": "diff", "output": "fix: a", "output": "fix: b"}\n{"input": "diff", "output": "fix: c"}\n')
-    code, err = run(capsys, "--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(tmp_path / "o.jsonl"))
+    code, err = run(
+        capsys, "--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(tmp_path / "o.jsonl")
+    )
     assert code == 1 and f"{src}:1: field 'output' is given twice" in err, err
     assert [json.loads(line)["line"] for line in (tmp_path / "o.jsonl").read_text().splitlines()] == [2]
 
 
-@pytest.mark.slow  # the judge is ART's RULER (torch)
+# the judge is ART's RULER (torch)
+@pytest.mark.slow
 def test_the_judge_follows_a_307_redirect_like_the_policy_client(tmp_path, capsys):
     src = outputs(tmp_path / "in.jsonl", n=1)
     with FakeOpenAI() as server:
         server.always_fail_judge = "redirect"
-        code, err = run(capsys, "--skill", "git-commit", "--score", str(src), "--judge-base-url", server.url,
-                        "--judge-api-key", "k", "--judge-attempts", "1", "--out", str(tmp_path / "o.jsonl"))
+        code, err = run(
+            capsys,
+            "--skill",
+            "git-commit",
+            "--score",
+            str(src),
+            "--judge-base-url",
+            server.url,
+            "--judge-api-key",
+            "k",
+            "--judge-attempts",
+            "1",
+            "--out",
+            str(tmp_path / "o.jsonl"),
+        )
     assert code == 0, err
     assert all(json.loads(line)["judged"] for line in (tmp_path / "o.jsonl").read_text().splitlines())

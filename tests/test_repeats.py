@@ -5,20 +5,20 @@ import dataclasses
 import json
 from pathlib import Path
 
-import pytest
-
 from conftest import skill_folder
-from train_skill import main
+
 from skill_rl.scoring import repeats
 from skill_rl.scoring.rubric import score_offline
 from skill_rl.skills import load_skill
+from train_skill import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _diff(path: str, *added: str) -> str:
-    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,0 +1,{len(added)} @@\n"
-            + "".join(f"+{line}\n" for line in added))
+    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,0 +1,{len(added)} @@\n" + "".join(
+        f"+{line}\n" for line in added
+    )
 
 
 DATES = _diff("src/dates.py", "def parse_date(text, fmt):", "    return strptime(text, fmt)")
@@ -31,28 +31,42 @@ def template(diff_names: tuple[str, str, str]) -> str:
 
 
 def test_a_template_filled_with_each_tasks_names_is_seen_as_the_repeat_it_is():
-    dates, retry = template(("parse_date", "strptime", "dates.py")), template(("retryRequest", "backoffMs", "client.ts"))
-    assert dates != retry  # nothing repeats verbatim
+    dates, retry = (
+        template(("parse_date", "strptime", "dates.py")),
+        template(("retryRequest", "backoffMs", "client.ts")),
+    )
+    # nothing repeats verbatim
+    assert dates != retry
     penalties = repeats.shares([(DATES, dates), (RETRY, retry)])
     assert min(penalties) >= 0.5, penalties
-    honest = ["fix: accept a format in parse_date\n\nCallers pass strptime formats now.",
-              "feat: back off before retrying a request\n\nWait backoffMs between tries."]
+    honest = [
+        "fix: accept a format in parse_date\n\nCallers pass strptime formats now.",
+        "feat: back off before retrying a request\n\nWait backoffMs between tries.",
+    ]
     assert repeats.shares([(DATES, honest[0]), (RETRY, honest[1])]) == [0.0, 0.0]
 
 
 def test_adding_unique_text_never_dilutes_the_penalty():
     boiler = "This change improves the overall quality and maintainability of the code."
     short = [(DATES, f"fix: parse dates\n\n{boiler}"), (RETRY, f"feat: add retries\n\n{boiler}")]
-    long = [(DATES, f"fix: parse dates\n\n{boiler}\n\n" + "\n".join(f"Line {i}: parse_date now takes fmt." for i in range(9))),
-            short[1]]
+    long = [
+        (
+            DATES,
+            f"fix: parse dates\n\n{boiler}\n\n" + "\n".join(f"Line {i}: parse_date now takes fmt." for i in range(9)),
+        ),
+        short[1],
+    ]
     assert repeats.shares(long)[0] >= repeats.shares(short)[0] == 1.0
 
 
 def test_short_answers_and_one_tasks_rollouts_are_never_charged():
-    assert repeats.shares([(DATES, "approve"), (RETRY, "approve")]) == [0.0, 0.0]  # a verdict, right for both
-    review = load_skill(ROOT / "skills" / "code-review")  # `<approve | request-changes>` in its template
+    # a verdict, right for both
+    assert repeats.shares([(DATES, "approve"), (RETRY, "approve")]) == [0.0, 0.0]
+    # `<approve | request-changes>` in its template
+    review = load_skill(ROOT / "skills" / "code-review")
     assert repeats.shares([(DATES, "request-changes"), (RETRY, "request-changes")], review) == [0.0, 0.0]
-    assert repeats.shares([(DATES, "chore: bump deps"), (RETRY, "chore: bump deps")]) == [1.0, 1.0]  # 10 letters
+    # 10 letters
+    assert repeats.shares([(DATES, "chore: bump deps"), (RETRY, "chore: bump deps")]) == [1.0, 1.0]
     same = "fix: one answer for every task whatever it is"
     assert repeats.shares([(DATES, same), (DATES, same)]) == [0.0, 0.0]
     assert repeats.shares([(DATES, same), (RETRY, same)]) == [1.0, 1.0]
@@ -88,24 +102,31 @@ def _skill(tmp_path: Path, name: str, footer: str = "", tasks=()) -> Path:
     return skill_folder(tmp_path / "skills", name, md=md, tasks=tasks)
 
 
-REVIEWS = [{"id": "r1", "input": "Battery lasts two days, screen is sharp.", "reference": "positive"},
-           {"id": "r2", "input": "Arrived broken and support never replied.", "reference": "negative"},
-           {"id": "r3", "input": "Fast shipping, the headphones sound great.", "reference": "positive"}]
+REVIEWS = [
+    {"id": "r1", "input": "Battery lasts two days, screen is sharp.", "reference": "positive"},
+    {"id": "r2", "input": "Arrived broken and support never replied.", "reference": "negative"},
+    {"id": "r3", "input": "Fast shipping, the headphones sound great.", "reference": "positive"},
+]
 
 
 def _score_file(tmp_path, skills: Path, name: str, lines: list[dict]) -> list[dict]:
     src, out = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.out.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    assert main(["--skills-dir", str(skills), "--skill", name, "--score", str(src), "--judge", "none", "--out", str(out)]) == 0
+    assert (
+        main(["--skills-dir", str(skills), "--skill", name, "--score", str(src), "--judge", "none", "--out", str(out)])
+        == 0
+    )
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def test_a_label_skill_keeps_full_reward_for_identical_right_answers(tmp_path):
     _skill(tmp_path, "sentiment", tasks=REVIEWS)
-    records = _score_file(tmp_path, tmp_path / "skills", "sentiment",
-                          [{"task_id": t["id"], "outputs": [t["reference"]]} for t in REVIEWS])
+    records = _score_file(
+        tmp_path, tmp_path / "skills", "sentiment", [{"task_id": t["id"], "outputs": [t["reference"]]} for t in REVIEWS]
+    )
     assert [r["repeated"] for r in records] == [0.0, 0.0, 0.0]
-    assert all(r["reward"] == 1.0 for r in records), records  # r1 and r3 both "positive": right, not boilerplate
+    # r1 and r3 both "positive": right, not boilerplate
+    assert all(r["reward"] == 1.0 for r in records), records
 
 
 def test_a_footer_line_the_skill_prescribes_costs_nothing(tmp_path):
@@ -113,7 +134,8 @@ def test_a_footer_line_the_skill_prescribes_costs_nothing(tmp_path):
     skill = load_skill(_skill(tmp_path, "signed", footer=footer, tasks=REVIEWS))
     answers = [f"{t['reference']} because {t['input'].lower()}\n{footer.strip()}" for t in REVIEWS]
     assert repeats.shares([(t["input"], a) for t, a in zip(REVIEWS, answers)], skill) == [0.0, 0.0, 0.0]
-    own = "Labelled with care by the most accurate triage assistant."  # a line of the policy's own, on every answer
+    # a line of the policy's own, on every answer
+    own = "Labelled with care by the most accurate triage assistant."
     mine = [a.replace(footer.strip(), own) for a in answers]
     assert min(repeats.shares([(t["input"], a) for t, a in zip(REVIEWS, mine)], skill)) > 0.5
 
@@ -121,7 +143,8 @@ def test_a_footer_line_the_skill_prescribes_costs_nothing(tmp_path):
 def test_a_review_with_three_extra_false_findings_never_outscores_the_precise_one_in_a_step():
     skill = load_skill(ROOT / "skills" / "code-review")
     tasks = [t for t in skill.tasks if t.reference and t.expect and t.expect.defects][:4]
-    summary = "## Summary\nThe change is sound apart from the finding below, which must be fixed."  # said for every task
+    # said for every task
+    summary = "## Summary\nThe change is sound apart from the finding below, which must be fixed."
     precise, shotgun = [], []
     for t in tasks:
         findings_and_verdict = "## Findings" + t.reference.split("## Findings", 1)[1]
@@ -132,7 +155,8 @@ def test_a_review_with_three_extra_false_findings_never_outscores_the_precise_on
     penalties = repeats.shares(items, skill)
     for k, t in enumerate(tasks):
         p, s = penalties[k], penalties[len(tasks) + k]
-        assert p > 0 and s >= p, (t.id, p, s)  # the repeated summary costs both, never the longer one less
+        # the repeated summary costs both, never the longer one less
+        assert p > 0 and s >= p, (t.id, p, s)
         checks = score_offline(skill, t, [precise[k], shotgun[k]])
         assert checks[1].reward * (1 - s) <= checks[0].reward * (1 - p), t.id
 
@@ -143,15 +167,19 @@ def test_a_line_of_the_tasks_own_reference_is_right_and_not_charged(tmp_path):
     skill = load_skill(_skill(tmp_path, "escalating", tasks=tasks))
     answers = [(t["input"], f"{t['reference']} because {t['input'].lower()}\n{shared}") for t in REVIEWS]
     first, second, third = repeats.shares(answers, skill)
-    assert first == second == 0.0 and third > 0.5  # r3's reference does not escalate: there the line is boilerplate
-    bare = load_skill(_skill(tmp_path, "unreferenced", tasks=[{k: v for k, v in t.items() if k != "reference"}
-                                                               for t in REVIEWS]))
-    assert min(repeats.shares(answers, bare)) > 0.5  # no reference says the line is right
+    # r3's reference does not escalate: there the line is boilerplate
+    assert first == second == 0.0 and third > 0.5
+    bare = load_skill(
+        _skill(tmp_path, "unreferenced", tasks=[{k: v for k, v in t.items() if k != "reference"} for t in REVIEWS])
+    )
+    # no reference says the line is right
+    assert min(repeats.shares(answers, bare)) > 0.5
 
 
 def test_an_example_of_the_skill_md_copied_for_every_task_is_the_constant_answer():
     skill = load_skill(ROOT / "skills" / "git-commit")
-    example = "fix(cli): exit with status 2 when the config file is missing"  # SKILL.md's Examples section
+    # SKILL.md's Examples section
+    example = "fix(cli): exit with status 2 when the config file is missing"
     assert example in skill.body
     assert repeats.shares([(DATES, example), (RETRY, example)], skill) == [1.0, 1.0]
 
@@ -164,17 +192,24 @@ def test_the_step_pass_rarely_charges_human_messages_given_as_a_policys_answers(
 
     skill = load_skill(ROOT / "skills" / "git-commit", with_tasks=False)
     for name in ("git-commit-semantic-release", "git-commit-deno"):
-        charged, scored = exploits.honest_charges(exploits.load_real(skill, [ROOT / "tests" / "data" / f"{name}.jsonl"]))
+        charged, scored = exploits.honest_charges(
+            exploits.load_real(skill, [ROOT / "tests" / "data" / f"{name}.jsonl"])
+        )
         assert scored == 400 and charged <= 0.05 * scored, (name, charged)
 
 
 def test_structure_repeats_between_honest_answers_and_boilerplate_in_a_trailers_clothes_does_not_pass_for_it():
     shared = "## Validation\n\nRoot cause:\n\nSigned-off-by: A Person <a@example.com>"
-    honest = [(DATES, f"fix: accept a format in parse_date\n\n{shared}"),
-              (RETRY, f"feat: back off before retrying a request\n\n{shared}")]
+    honest = [
+        (DATES, f"fix: accept a format in parse_date\n\n{shared}"),
+        (RETRY, f"feat: back off before retrying a request\n\n{shared}"),
+    ]
     assert repeats.shares(honest) == [0.0, 0.0]
     smuggled = "Quality-Note: this change improves the overall quality and maintainability of the code"
-    assert min(repeats.shares([(DATES, f"fix: parse dates\n\n{smuggled}"), (RETRY, f"feat: add retries\n\n{smuggled}")])) == 1.0
+    assert (
+        min(repeats.shares([(DATES, f"fix: parse dates\n\n{smuggled}"), (RETRY, f"feat: add retries\n\n{smuggled}")]))
+        == 1.0
+    )
 
 
 def test_a_template_line_filled_with_one_of_its_alternatives_costs_nothing_but_a_free_placeholder_filled_does():
@@ -186,7 +221,9 @@ def test_a_template_line_filled_with_one_of_its_alternatives_costs_nothing_but_a
     assert {"Release type: major", "Release type: minor", "Release type: patch"} <= repeats.prescribed(skill)
     same = "Release type: minor"
     filler = "- Improve the handling of every option users pass (#1)"
-    outputs = [f"# p {i}.0.0\n\n{same}\n\n## Fixes\n- fix number {i} of many: {t.input.split()[1]}" for i, t in enumerate(bare)]
+    outputs = [
+        f"# p {i}.0.0\n\n{same}\n\n## Fixes\n- fix number {i} of many: {t.input.split()[1]}" for i, t in enumerate(bare)
+    ]
     assert repeats.shares([(t.input, o) for t, o in zip(bare, outputs)], skill) == [0.0] * 3
     padded = [f"{o}\n{filler}" for o in outputs]
     assert min(repeats.shares([(t.input, o) for t, o in zip(bare, padded)], skill)) > 0.5

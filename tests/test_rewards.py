@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skill_rl.scoring.diffs import parse_diff
 from skill_rl.scoring.checks import check, run_checks
+from skill_rl.scoring.diffs import parse_diff
 from skill_rl.scoring.rubric import combine, score_offline, skill_checks
 from skill_rl.skills import load_skill
 
@@ -32,7 +32,8 @@ def _half(output, task):
 
 
 FNS = [_gate, _short, _half]
-SKILL = SKILLS["git-commit"]  # weights 0.3 / 0.4 / 0.3
+# weights 0.3 / 0.4 / 0.3
+SKILL = SKILLS["git-commit"]
 
 
 def test_reward_is_the_weighted_mean_over_scored_dimensions():
@@ -65,7 +66,8 @@ def test_without_the_judge_a_check_buys_only_the_share_of_its_dimension_it_cover
     assert alone.procedure == 1.0 and alone.covers["procedure"] == pytest.approx(0.1)
     assert alone.reward == pytest.approx((0.3 * 1.0 + 0.04 * 1.0) / 0.34)
     failing = combine(SKILL, [_gate, _tenth, _third], run_checks([_gate, _tenth, _third], "ok", None))
-    assert failing.reward == pytest.approx((0.3 + 0.04) / (0.3 + 0.04 + 0.09))  # the 0.3-covering check failed
+    # the 0.3-covering check failed
+    assert failing.reward == pytest.approx((0.3 + 0.04) / (0.3 + 0.04 + 0.09))
 
 
 def test_with_the_judge_checks_take_their_coverage_and_the_judge_the_rest():
@@ -79,7 +81,8 @@ def test_with_the_judge_checks_take_their_coverage_and_the_judge_the_rest():
 def test_coverage_adds_up_over_the_checks_that_apply_and_saturates_at_one():
     fns = [_gate, _third, _most]
     both = combine(SKILL, fns, run_checks(fns, "ok", None), {"correctness": 1.0})
-    assert both.covers["correctness"] == 1.0 and both.correctness == pytest.approx(0.9 / 1.2)  # judge unused
+    # judge unused
+    assert both.covers["correctness"] == 1.0 and both.correctness == pytest.approx(0.9 / 1.2)
     one = combine(SKILL, fns, run_checks(fns, "ok?", None), {"correctness": 1.0})
     assert one.covers["correctness"] == pytest.approx(0.3) and one.correctness == pytest.approx(0.7)
 
@@ -106,8 +109,10 @@ def test_a_passing_estimate_is_neutral_and_a_failing_one_cuts_by_its_share():
     fns = [_gate, _third]
     facts = combine(SKILL, fns, run_checks(fns, "ok!", None))
     with_estimate = combine(SKILL, fns + [_about_it], run_checks(fns + [_about_it], "ok!", None))
-    assert with_estimate.reward == facts.reward and with_estimate.cut == 0.0  # passing never pays
-    assert with_estimate.covers == facts.covers  # an estimate covers nothing of its dimension
+    # passing never pays
+    assert with_estimate.reward == facts.reward and with_estimate.cut == 0.0
+    # an estimate covers nothing of its dimension
+    assert with_estimate.covers == facts.covers
     failing = combine(SKILL, fns + [_about_it], run_checks(fns + [_about_it], "no!", None))
     assert failing.reward == pytest.approx(combine(SKILL, fns, run_checks(fns, "no!", None)).reward * 0.6)
     assert failing.cut == pytest.approx(0.4) and failing.metrics()["cut"] == pytest.approx(0.4)
@@ -129,10 +134,15 @@ def test_an_estimate_leaves_its_dimension_to_the_judge():
 
 def test_check_kinds_are_declared_and_checked():
     assert _about_it.kind == "estimate" and _third.kind == "fact" and _third.cut == 0.0
-    assert check("format", kind="estimate")(lambda o, t: True).cut == 0.25  # DEFAULT_CUT
-    for kwargs, message in (({"kind": "guess"}, "kind must be one of"), ({"kind": "estimate", "gate": True}, "covers nothing"),
-                            ({"kind": "estimate", "covers": 0.2}, "covers nothing"), ({"cut": 0.2}, "cut is for"),
-                            ({"kind": "estimate", "cut": 0}, "cut must be a number in")):
+    # DEFAULT_CUT
+    assert check("format", kind="estimate")(lambda o, t: True).cut == 0.25
+    for kwargs, message in (
+        ({"kind": "guess"}, "kind must be one of"),
+        ({"kind": "estimate", "gate": True}, "covers nothing"),
+        ({"kind": "estimate", "covers": 0.2}, "covers nothing"),
+        ({"cut": 0.2}, "cut is for"),
+        ({"kind": "estimate", "cut": 0}, "cut must be a number in"),
+    ):
         with pytest.raises(ValueError, match=message):
             check("format", **kwargs)
 
@@ -178,16 +188,25 @@ def _review_corruptions(task):
         yield "LGTM on a defective diff", "## Summary\nLooks good.\n\n## Findings\nNone.\n\n## Verdict\napprove"
     else:
         findings = f"## Findings\n- issue (blocking): {first_file}:{first_line} this looks wrong.\n"
-        alarm = ref.replace("## Verdict\napprove", "## Verdict\nrequest-changes").replace("## Findings\nNone.\n", "## Findings\n")
+        alarm = ref.replace("## Verdict\napprove", "## Verdict\nrequest-changes").replace(
+            "## Findings\nNone.\n", "## Findings\n"
+        )
         yield "false alarm on a clean diff", alarm.replace("## Findings\n", findings, 1)
-    yield "finding on a line not in the diff", ref.replace(
-        "## Verdict", f"- suggestion (non-blocking): {first_file}:99999 rename this.\n\n## Verdict", 1).replace("None.\n-", "-")
+    yield (
+        "finding on a line not in the diff",
+        ref.replace(
+            "## Verdict", f"- suggestion (non-blocking): {first_file}:99999 rename this.\n\n## Verdict", 1
+        ).replace("None.\n-", "-"),
+    )
 
 
 def _notes_corruptions(task):
     ref = task.reference
     numbers = re.findall(r"#\d+", task.input)
-    yield "an entry dropped, its number uncited", ref.replace(f"({numbers[0]})", "").replace(f"{numbers[0]}, ", "").replace(f"{numbers[0]}\n", "\n")
+    yield (
+        "an entry dropped, its number uncited",
+        ref.replace(f"({numbers[0]})", "").replace(f"{numbers[0]}, ", "").replace(f"{numbers[0]}\n", "\n"),
+    )
     yield "numbers the input does not hold", re.sub(r"#(\d+)", lambda m: f"#{int(m[1]) + 100000}", ref)
     yield "wrapped in a code fence", f"```markdown\n{ref}\n```"
     yield "chatter first", f"Here are the release notes:\n\n{ref}"
@@ -197,7 +216,11 @@ def _notes_corruptions(task):
 @pytest.mark.parametrize("name", sorted(SKILLS))
 def test_on_every_val_task_the_reference_beats_each_of_its_corruptions(name):
     skill = SKILLS[name]
-    corruptions = {"git-commit": _commit_corruptions, "code-review": _review_corruptions, "release-notes": _notes_corruptions}[name]
+    corruptions = {
+        "git-commit": _commit_corruptions,
+        "code-review": _review_corruptions,
+        "release-notes": _notes_corruptions,
+    }[name]
     for task in skill.split("val"):
         pairs = list(corruptions(task))
         scores = score_offline(skill, task, [task.reference, *(text for _, text in pairs)])
@@ -212,9 +235,11 @@ def _checks_only(task, outputs, expect=True):
 
 def _long_header(ref: str) -> str:
     header, _, rest = ref.partition("\n")
-    size = 73 + ("!:" in header)  # the breaking ! is not counted
+    # the breaking ! is not counted
+    size = 73 + ("!:" in header)
     header = (header + " and more" * 10)[:size]
-    header = header[:-1] + "s" if header.endswith(" ") else header  # "... and s": a lone letter names nothing
+    # "... and s": a lone letter names nothing
+    header = header[:-1] + "s" if header.endswith(" ") else header
     assert len(header) == size
     return header + ("\n" + rest if rest else "")
 
@@ -236,15 +261,22 @@ def _drops(ref: str):
     no_footer = re.sub(r"\n*BREAKING[ -]CHANGE:.*", "", ref, flags=re.S)
     yield "dropped !", ref, no_bang
     yield "dropped footer", ref, no_footer
-    yield "dropped both, from ! only", re.sub(r"\n*BREAKING[ -]CHANGE:.*", "", ref, flags=re.S), no_footer.replace("!:", ":", 1)
+    yield (
+        "dropped both, from ! only",
+        re.sub(r"\n*BREAKING[ -]CHANGE:.*", "", ref, flags=re.S),
+        no_footer.replace("!:", ":", 1),
+    )
     yield "dropped both, from footer only", no_bang, no_footer.replace("!:", ":", 1)
 
 
 @pytest.mark.parametrize("expect", [True, False], ids=["with expect", "without expect"])
 def test_dropping_a_breaking_marker_never_scores_higher(expect):
     breaking = [t for t in SKILLS["git-commit"].tasks if t.expect.breaking]
-    next_line = [t.model_copy(update={"reference": t.reference.replace("BREAKING CHANGE: ", "BREAKING CHANGE:\n")})
-                 for t in breaking]  # footer text on the next line, as commitlint's parser reads it too
+    next_line = [
+        t.model_copy(update={"reference": t.reference.replace("BREAKING CHANGE: ", "BREAKING CHANGE:\n")})
+        # footer text on the next line, as commitlint's parser reads it too
+        for t in breaking
+    ]
     assert breaking
     for task in breaking + next_line:
         for why, kept, dropped in _drops(task.reference):
@@ -264,13 +296,23 @@ def test_a_message_for_another_diff_loses(expect):
         t = task if expect else task.model_copy(update={"expect": None})
         scores = score_offline(skill, t, [task.reference, *(o.reference for o in skill.tasks if o.id != task.id)])
         lost += sum(s.reward < scores[0].reward for s in scores[1:])
-        assert all(s.reward <= scores[0].reward + 1e-9 for s in scores[1:]), task.id  # never above
+        # never above
+        assert all(s.reward <= scores[0].reward + 1e-9 for s in scores[1:]), task.id
         pairs += len(scores) - 1
     assert lost / pairs >= (0.98 if expect else 0.7), f"{lost} of {pairs}"
 
 
-@pytest.mark.parametrize("words", [("speed", "speeds"), ("need", "needs", "needed"), ("use", "uses", "used"),
-                                   ("fix", "fixes", "fixed"), ("cache", "caching", "cached"), ("signature", "signatures")])
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("speed", "speeds"),
+        ("need", "needs", "needed"),
+        ("use", "uses", "used"),
+        ("fix", "fixes", "fixed"),
+        ("cache", "caching", "cached"),
+        ("signature", "signatures"),
+    ],
+)
 def test_a_words_forms_share_one_key(words):
     """diffs.key: a word and its plural, -ed and -ing forms compare as one (a subject saying "speeds" names the
     diff's `speed`), and the "ed" of "speed" is no ending."""

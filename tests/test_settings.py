@@ -35,7 +35,8 @@ def test_the_settings_declare_every_flag_help_lists_and_nothing_else(capsys, mon
 
 def test_no_flags_give_the_declared_defaults():
     assert Settings.from_flags([]) == Settings()
-    assert Settings().model == [] and Settings().model is not Settings().model  # a fresh list each
+    # a fresh list each
+    assert Settings().model == [] and Settings().model is not Settings().model
 
 
 def test_settings_are_frozen_and_a_change_is_a_copy():
@@ -45,8 +46,10 @@ def test_settings_are_frozen_and_a_change_is_a_copy():
     assert dataclasses.replace(s, steps=3).steps == 3 and s.steps == 5
 
 
-@pytest.mark.parametrize("name", sorted(n for n, f in FIELDS.items()
-                                        if "default" in f.metadata["help"] and PRESETS.get(n, f.default) is not None))
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n, f in FIELDS.items() if "default" in f.metadata["help"] and PRESETS.get(n, f.default) is not None),
+)
 def test_every_default_a_help_text_states_is_the_fields_own(name):
     """`(default 50; cpu 10)` in a help text is the field's default or preset, and cpu.DEFAULTS' value: written
     once, in the field, and checked here rather than kept equal by care."""
@@ -71,8 +74,11 @@ def test_cli_md_flag_tables_are_what_the_generator_prints(tmp_path, capsys):
 
     assert Cog().main(["cog", "--check", str(ROOT / "docs/cli.md")]) == 0, capsys.readouterr()
     stale = tmp_path / "cli.md"
-    stale.write_text((ROOT / "docs/cli.md").read_text().replace("| `--steps STEPS` | training", "| `--steps N` | training"))
-    assert Cog().main(["cog", "--check", str(stale)]) == 5  # a hand edit of a generated row is caught
+    stale.write_text(
+        (ROOT / "docs/cli.md").read_text().replace("| `--steps STEPS` | training", "| `--steps N` | training")
+    )
+    # a hand edit of a generated row is caught
+    assert Cog().main(["cog", "--check", str(stale)]) == 5
 
 
 def test_every_generated_row_says_what_help_prints(capsys, monkeypatch):
@@ -82,15 +88,25 @@ def test_every_generated_row_says_what_help_prints(capsys, monkeypatch):
     for flag, meaning in rows:
         flag, text = (s.replace("\\|", "|") for s in (flag, meaning))
         text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-        assert any(line == text or re.fullmatch(re.escape(flag) + r" {2,}" + re.escape(text), line) for line in lines), flag
+        assert any(
+            line == text or re.fullmatch(re.escape(flag) + r" {2,}" + re.escape(text), line) for line in lines
+        ), flag
 
 
-@pytest.mark.parametrize("argv, command", [
-    (["--list", "--check"], "list"), (["--init", "x", "--skill", "y"], "init"),
-    (["--skill", "x", "--tasks-from-git", "r", "--check"], "tasks_from_git"), (["--skill", "x", "--check"], "check"),
-    (["--skill", "x", "--export", "d", "--score", "f"], "export"), (["--skill", "x", "--score", "f", "--eval"], "score"),
-    (["--skill", "x", "--audit", "--eval"], "audit"), (["--skill", "x", "--eval"], "eval"), (["--skill", "x"], "train"),
-])
+@pytest.mark.parametrize(
+    "argv, command",
+    [
+        (["--list", "--check"], "list"),
+        (["--init", "x", "--skill", "y"], "init"),
+        (["--skill", "x", "--tasks-from-git", "r", "--check"], "tasks_from_git"),
+        (["--skill", "x", "--check"], "check"),
+        (["--skill", "x", "--export", "d", "--score", "f"], "export"),
+        (["--skill", "x", "--score", "f", "--eval"], "score"),
+        (["--skill", "x", "--audit", "--eval"], "audit"),
+        (["--skill", "x", "--eval"], "eval"),
+        (["--skill", "x"], "train"),
+    ],
+)
 def test_a_command_line_picks_one_command_first_match_wins(argv, command):
     assert config.command(Settings.from_flags(argv)) == command
 
@@ -106,8 +122,12 @@ def test_every_command_is_run_from_the_table_with_the_resolved_run():
 def test_no_reader_of_settings_guesses_a_default_with_getattr():
     """A field always exists on Settings: `getattr(s, "x", default)` would hide a typo as a default."""
     guessing = re.compile(r"getattr\((s|args|settings|setup\.settings|run\.settings), [^)]*,")
-    found = [f"{p.relative_to(ROOT)}:{n}" for p in [ROOT / "train_skill.py", *sorted((ROOT / "skill_rl").rglob("*.py"))]
-             for n, line in enumerate(p.read_text().splitlines(), 1) if guessing.search(line)]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in [ROOT / "train_skill.py", *sorted((ROOT / "skill_rl").rglob("*.py"))]
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if guessing.search(line)
+    ]
     assert found == []
 
 
@@ -118,11 +138,26 @@ def test_a_cpu_eval_takes_the_runs_own_settings_only_where_the_flags_leave_them_
     monkeypatch.chdir(tmp_path)
     checkpoint = Path(".art/skill-rl/models/r/checkpoints/0002")
     checkpoint.mkdir(parents=True)
-    (checkpoint / "adapter_model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")  # an empty adapter
+    # an empty adapter
+    (checkpoint / "adapter_model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
     (checkpoint.parent.parent / "config.yaml").write_text("max_tokens: 8\ntemperature: 0.5\nbase_model: some/model\n")
-    given = Settings.from_flags(["--skill", "git-commit", "--eval", "--backend", "cpu", "--run-name", "r",
-                                 "--max-tokens", "16", "--judge", "none"])
+    given = Settings.from_flags(
+        [
+            "--skill",
+            "git-commit",
+            "--eval",
+            "--backend",
+            "cpu",
+            "--run-name",
+            "r",
+            "--max-tokens",
+            "16",
+            "--judge",
+            "none",
+        ]
+    )
     run = config.resolve(given, skill)
     assert run.command == "eval" and run.checkpoint == (checkpoint, "step 2, the latest")
     assert (run.settings.max_tokens, run.settings.temperature, run.settings.base_model) == (16, 0.5, "some/model")
-    assert given.temperature is None and given.base_model is None  # the parsed flags stay as parsed
+    # the parsed flags stay as parsed
+    assert given.temperature is None and given.base_model is None

@@ -4,8 +4,8 @@ and the commands that list, find and create skills."""
 from pathlib import Path
 
 import pytest
-
 from conftest import skill_folder
+
 from skill_rl.skills import load_skill
 from train_skill import main
 
@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GOOD_MD = (ROOT / "tests" / "test_skills.py").read_text().split('GOOD_MD = """', 1)[1].split('"""', 1)[0]
 BODY = GOOD_MD.split("---\n", 2)[2]
 TASKS = '{"id": "a", "input": "What is 2+2?"}\n'
-pytestmark = pytest.mark.timeout(60)  # hang guards: YAML bombs, checks.py that never returns, quadratic markdown
+# hang guards: YAML bombs, checks.py that never returns, quadratic markdown
+pytestmark = pytest.mark.timeout(60)
 LAUGHS = "".join([f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 9) + "]\n" for i in range(9)])
 
 
@@ -69,7 +70,12 @@ def test_one_bad_skill_never_hides_the_good_ones_from_list(tmp_path, capsys):
     make(tmp_path, "name: keys\ndescription: d\n? [a]\n: b\n", name="keys")
     make(tmp_path, "name: bomb\n" + LAUGHS + "description: *a8\n", name="bomb")
     make(tmp_path, "name: exits\ndescription: Its checks.py exits.\n", name="exits", checks="raise SystemExit(3)\n")
-    make(tmp_path, "name: loops\ndescription: Its checks.py never returns.\n", name="loops", checks="while True:\n    pass\n")
+    make(
+        tmp_path,
+        "name: loops\ndescription: Its checks.py never returns.\n",
+        name="loops",
+        checks="while True:\n    pass\n",
+    )
     code = main(["--skills-dir", str(tmp_path), "--list"])
     out = capsys.readouterr().out
     assert code == 0
@@ -83,7 +89,8 @@ def test_one_bad_skill_never_hides_the_good_ones_from_list(tmp_path, capsys):
 
 def test_100000_headings_load_in_linear_time_and_are_not_misreported(tmp_path, capsys):
     make(tmp_path, "name: demo\ndescription: d\n", BODY + "".join(f"### note {i}\n" for i in range(100_000)))
-    skill = load_skill(tmp_path / "demo")  # minutes before: each heading looked at every later one (the timeout above)
+    # minutes before: each heading looked at every later one (the timeout above)
+    skill = load_skill(tmp_path / "demo")
     assert skill.steps == ("Read the question.", "Answer it.") and len(skill.sections) > 100_000
 
 
@@ -93,8 +100,10 @@ def test_nesting_too_deep_to_parse_is_reported_as_such_not_as_a_missing_section(
     make(tmp_path, "name: demo\ndescription: d\n", "# Demo\n\n" + deep + BODY.split("# Demo\n", 1)[1])
     code, err = lint(tmp_path, capsys)
     assert code == 2
-    assert err == ["demo/SKILL.md:55: markdown nested too deeply to read (lists or quotes inside each other); "
-                   "the rest of the file cannot be read: flatten it"], err
+    assert err == [
+        "demo/SKILL.md:55: markdown nested too deeply to read (lists or quotes inside each other); "
+        "the rest of the file cannot be read: flatten it"
+    ], err
 
 
 def test_a_100000_deep_quote_is_reported_not_a_crash(tmp_path, capsys, monkeypatch):
@@ -136,5 +145,8 @@ def test_init_and_skill_refuse_names_outside_the_naming_rule(tmp_path, capsys, n
         except SystemExit as e:
             code = e.code
         out, err = capsys.readouterr()
-        assert code == 2 and not out and "a-z, 0-9 and single '-'" in err and len(err.strip().splitlines()) == 1, (flag, err)
+        assert code == 2 and not out and "a-z, 0-9 and single '-'" in err and len(err.strip().splitlines()) == 1, (
+            flag,
+            err,
+        )
     assert list(tmp_path.iterdir()) == []

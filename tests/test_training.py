@@ -7,14 +7,18 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import main_in_process, small_git_commit
 from openai_server import FakeOpenAI
+
 from skill_rl.skills import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
-ANSWERS = ["fix: raise the limit", "Fixed the limit.", "feat(app): change the limit",
-           "fix(app): raise the limit\n\nThe old limit dropped requests."]
+ANSWERS = [
+    "fix: raise the limit",
+    "Fixed the limit.",
+    "feat(app): change the limit",
+    "fix(app): raise the limit\n\nThe old limit dropped requests.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +41,29 @@ def train(tmp_path, skills_dir, monkeypatch, capfd):
 
     def run(server, *extra):
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        return main_in_process(capfd, "--skills-dir", skills_dir, "--skill", "git-commit", "--backend",
-                               "skill_rl.training.dryrun:DryRunBackend", "--judge-base-url", server.url, "--judge-api-key",
-                               "sk-test-planted-key", "--judge-timeout", "2", "--groups-per-step", "2",
-                               "--rollouts-per-group", "3", "--eval-every", "2", *extra)
+        return main_in_process(
+            capfd,
+            "--skills-dir",
+            skills_dir,
+            "--skill",
+            "git-commit",
+            "--backend",
+            "skill_rl.training.dryrun:DryRunBackend",
+            "--judge-base-url",
+            server.url,
+            "--judge-api-key",
+            "sk-test-planted-key",
+            "--judge-timeout",
+            "2",
+            "--groups-per-step",
+            "2",
+            "--rollouts-per-group",
+            "3",
+            "--eval-every",
+            "2",
+            *extra,
+        )
+
     return run
 
 
@@ -57,10 +80,12 @@ def policy_requests(server) -> list[dict]:
 def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skills_dir, policy_server, train):
     policy_server.requests.clear()
     reported_before = len(policy_server.usage_reported)
-    run = train(policy_server, "--steps", "2", "--judge-timeout", "30")  # no answer abandoned
+    # no answer abandoned
+    run = train(policy_server, "--steps", "2", "--judge-timeout", "30")
     assert run.returncode == 0, run.stderr[-2000:]
     asked = policy_requests(policy_server)
-    assert asked and all(r.get("logprobs") is True for r in asked)  # ART trains only completions with logprobs
+    # ART trains only completions with logprobs
+    assert asked and all(r.get("logprobs") is True for r in asked)
     assert {r["model"] for r in asked} == {"skill-git-commit@0", "skill-git-commit@1", "skill-git-commit@2"}
     assert "starting at step 0 of 2" in run.stdout
     steps = steps_recorded(tmp_path)
@@ -84,13 +109,18 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     assert "after close" not in run.stderr and "not deleted" not in run.stderr
     assert "sk-test-planted-key" not in run.stdout + run.stderr
     judged = [u for u in policy_server.usage_reported[reported_before:] if u["judge"]]
-    for kind in ("prompt", "completion"):  # the judge tokens logged, train and val, are the ones the server reported
+    # the judge tokens logged, train and val, are the ones the server reported
+    for kind in ("prompt", "completion"):
         logged = sum(h.get(f"{split}/judge_{kind}_tokens", 0) for h in history for split in ("train", "val"))
         assert logged == sum(u[f"{kind}_tokens"] for u in judged) > 0
     # 'openai/judge' (a served judge) is in no price map: tokens are shown, the cost is not guessed
-    assert re.search(r"^step +2 \|.* \| judge [\d,]+ tok, price unknown \(so far [\d,]+ tok, price unknown\) \| [\d.]+ s( \| warning: .*)?$",
-                     run.stdout, re.M), run.stdout
-    plot = where / "rewards.png"  # drawn at each validation, named at the end
+    assert re.search(
+        r"^step +2 \|.* \| judge [\d,]+ tok, price unknown \(so far [\d,]+ tok, price unknown\) \| [\d.]+ s( \| warning: .*)?$",
+        run.stdout,
+        re.M,
+    ), run.stdout
+    # drawn at each validation, named at the end
+    plot = where / "rewards.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"reward plot: {plot}" in run.stdout
 
     again = train(policy_server, "--steps", "3")
@@ -100,13 +130,15 @@ def test_two_steps_with_validation_then_the_same_command_resumes(tmp_path, skill
     # a resumed run sees the batches an uninterrupted one would: test_faults.py, the training killed mid-step
 
 
-
 @pytest.mark.slow
-def test_a_run_whose_history_ends_in_a_torn_line_resumes_and_logs_on_from_a_line_of_its_own(tmp_path, policy_server, train):
+def test_a_run_whose_history_ends_in_a_torn_line_resumes_and_logs_on_from_a_line_of_its_own(
+    tmp_path, policy_server, train
+):
     assert train(policy_server, "--steps", "1").returncode == 0
     history = next((tmp_path / ".art").rglob("history.jsonl"))
     lines = history.read_bytes().splitlines(keepends=True)
-    torn = lines[-1][: len(lines[-1]) // 2]  # a crash in the middle of ART's write: half a row, no line break
+    # a crash in the middle of ART's write: half a row, no line break
+    torn = lines[-1][: len(lines[-1]) // 2]
     history.write_bytes(b"".join(lines[:-1]) + torn)
     again = train(policy_server, "--steps", "2")
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-2000:]
@@ -114,11 +146,15 @@ def test_a_run_whose_history_ends_in_a_torn_line_resumes_and_logs_on_from_a_line
     where = history.relative_to(tmp_path)
     assert [line for line in again.stderr.splitlines() if "history.jsonl" in line] == [
         f"warning: {where}:{len(lines)}: the last line was cut short (a crash?); it is skipped, and the run logs on "
-        "from the next line"]
+        "from the next line"
+    ]
     after = history.read_bytes().splitlines()
-    assert after[len(lines) - 1] == torn  # kept as it was, ended by a line break
-    logged = [json.loads(line) for line in after[len(lines):]]  # every row since: a whole line of its own
+    # kept as it was, ended by a line break
+    assert after[len(lines) - 1] == torn
+    # every row since: a whole line of its own
+    logged = [json.loads(line) for line in after[len(lines) :]]
     assert any(row["step"] == 2 and "train/reward" in row for row in logged)
+
 
 @pytest.mark.slow
 def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path, policy_server, train):
@@ -127,8 +163,10 @@ def test_a_run_whose_judge_always_fails_completes_with_failures_counted(tmp_path
         run = train(policy_server, "--steps", "1", "--judge-attempts", "2")
     finally:
         policy_server.always_fail_judge = None
-    assert run.returncode == 1, run.stderr[-2000:]  # it completed, and the exit status says something failed
-    assert "judge failures 2 |" in run.stdout and "this run: steps 1, judge failures 4," in run.stdout  # 2 train + 2 val groups
+    # it completed, and the exit status says something failed
+    assert run.returncode == 1, run.stderr[-2000:]
+    # 2 train + 2 val groups
+    assert "judge failures 2 |" in run.stdout and "this run: steps 1, judge failures 4," in run.stdout
     assert all(0.0 <= r <= 1.0 for r in steps_recorded(tmp_path)[0]["rewards"])
 
 
@@ -136,7 +174,8 @@ def test_auto_backend_without_gpu_keys_or_cpu_extra_exits_2_with_guidance(tmp_pa
     import train_skill
     from skill_rl import cpu
 
-    monkeypatch.setattr(cpu, "available", lambda: False)  # as without the [cpu] extra
+    # as without the [cpu] extra
+    monkeypatch.setattr(cpu, "available", lambda: False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -148,9 +187,9 @@ def test_auto_backend_without_gpu_keys_or_cpu_extra_exits_2_with_guidance(tmp_pa
 
 
 def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypatch):
-    from skill_rl.training import backends
     from skill_rl import cpu
     from skill_rl.errors import Exit
+    from skill_rl.training import backends
 
     if Path("/proc/driver/nvidia").exists():
         pytest.skip("this machine has a GPU")
@@ -162,14 +201,17 @@ def test_auto_backend_picks_the_cpu_rehearsal_only_without_gpu_and_keys(monkeypa
     monkeypatch.setenv("WANDB_API_KEY", "planted")
     assert backends.pick_backend("auto")[0] == "serverless"
     monkeypatch.delenv("WANDB_API_KEY")
-    monkeypatch.setenv("TINKER_API_KEY", "planted")  # a key for the real thing: say how to use it, no rehearsal
+    # a key for the real thing: say how to use it, no rehearsal
+    monkeypatch.setenv("TINKER_API_KEY", "planted")
     with pytest.raises(Exit):
         backends.pick_backend("auto")
 
 
-@pytest.mark.slow  # in process, but the loop loads ART (torch)
-def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_imports(tmp_path, skills_dir, policy_server,
-                                                                                    monkeypatch, capsys):
+# in process, but the loop loads ART (torch)
+@pytest.mark.slow
+def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_imports(
+    tmp_path, skills_dir, policy_server, monkeypatch, capsys
+):
     """ART 0.5.23's Trajectory.messages() builds a pydantic TypeAdapter on each call: called for every rollout (the
     request, scoring, the monitor) it cost more than the rest of a step. The loop reads what it already holds; what
     is left is built once (at import, ...). And after the first step, the imported heap (ART, torch, litellm) is
@@ -191,31 +233,62 @@ def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_impor
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", policy_server.url)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    assert train_skill.main(["--skills-dir", str(skills_dir), "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
-                             "--judge-base-url", policy_server.url, "--judge-api-key", "sk-test", "--steps", "2",
-                             "--groups-per-step", "2", "--rollouts-per-group", "8", "--eval-every", "100"]) == 0, capsys.readouterr()
-    rollouts = 2 * 2 * 8 + 2 * 8  # two steps, then the validation of the 2 val tasks
+    assert (
+        train_skill.main(
+            [
+                "--skills-dir",
+                str(skills_dir),
+                "--skill",
+                "git-commit",
+                "--backend",
+                "skill_rl.training.dryrun:DryRunBackend",
+                "--judge-base-url",
+                policy_server.url,
+                "--judge-api-key",
+                "sk-test",
+                "--steps",
+                "2",
+                "--groups-per-step",
+                "2",
+                "--rollouts-per-group",
+                "8",
+                "--eval-every",
+                "100",
+            ]
+        )
+        == 0
+    ), capsys.readouterr()
+    # two steps, then the validation of the 2 val tasks
+    rollouts = 2 * 2 * 8 + 2 * 8
     assert len(built) < rollouts / 2, f"{len(built)} TypeAdapters built for {rollouts} rollouts: {built}"
     frozen = gc.get_freeze_count()
-    gc.unfreeze()  # as before, for the tests that follow
+    # as before, for the tests that follow
+    gc.unfreeze()
     assert frozen > 100_000
 
 
-@pytest.mark.slow  # skill_rl.training.steps imports ART
+# skill_rl.training.steps imports ART
+@pytest.mark.slow
 def test_the_run_summary_counts_no_variance_as_the_step_lines_do_and_names_what_did_not_happen():
     from skill_rl.training.steps import Stats, Totals
 
     totals = Totals(steps=2)
-    totals.add(Stats(no_variance=1, judge_failures=1))  # a training step's line: no variance 1
-    totals.add(Stats(no_variance=3, judge_failures=2), training=False)  # a validation: failures count, variance not
+    # a training step's line: no variance 1
+    totals.add(Stats(no_variance=1, judge_failures=1))
+    # a validation: failures count, variance not
+    totals.add(Stats(no_variance=3, judge_failures=2), training=False)
     assert totals.no_variance == 1 and totals.judge_failures == 3
-    assert totals.line() == ("this run: steps 2, judge failures 3, rollout errors 0, dropped 0, no variance 1, "
-                             "warm start failures 0, check errors 0")
-    assert totals.line(judged=False, warm_start=False) == ("this run: steps 2, rollout errors 0, dropped 0, no variance 1, "
-                                                           "check errors 0, no judge, no warm start")
+    assert totals.line() == (
+        "this run: steps 2, judge failures 3, rollout errors 0, dropped 0, no variance 1, "
+        "warm start failures 0, check errors 0"
+    )
+    assert totals.line(judged=False, warm_start=False) == (
+        "this run: steps 2, rollout errors 0, dropped 0, no variance 1, check errors 0, no judge, no warm start"
+    )
 
 
-@pytest.mark.slow  # skill_rl.training.steps imports ART
+# skill_rl.training.steps imports ART
+@pytest.mark.slow
 def test_validation_answers_cut_at_max_tokens_are_warned_about_and_whole_ones_are_not():
     import art
 
@@ -227,4 +300,5 @@ def test_validation_answers_cut_at_max_tokens_are_warned_about_and_whole_ones_ar
     assert cut_warning([answer(False), answer(False)], 48, 10) is None
     assert cut_warning([answer(True), answer(False), answer(True)], 48, 10) == (
         "warning: 2 of 3 validation answers at step 10 were cut at --max-tokens 48 (finish_reason length): the scores "
-        "above are of unfinished answers; raise --max-tokens to see whole ones")
+        "above are of unfinished answers; raise --max-tokens to see whole ones"
+    )

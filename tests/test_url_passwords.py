@@ -7,32 +7,53 @@ import pytest
 import train_skill
 from skill_rl import keys
 from skill_rl.commands import cli
-from skill_rl.commands import config
 from skill_rl.settings import configfile
 
-PASSWORD = "PW"  # two letters: shorter than any key the environment is searched for, masked all the same
-URLS = {"--judge-base-url": f"http://judge:{PASSWORD}@127.0.0.1:9/v1", "--base-url": f"https://me:{PASSWORD}@example.com/v1",
-        "--teacher": f"t=gpt@http://teach:{PASSWORD}@127.0.0.1:9/v1", "--model": f"m=a@http://u:{PASSWORD}%40x@127.0.0.1:9/v1"}
+# two letters: shorter than any key the environment is searched for, masked all the same
+PASSWORD = "PW"
+URLS = {
+    "--judge-base-url": f"http://judge:{PASSWORD}@127.0.0.1:9/v1",
+    "--base-url": f"https://me:{PASSWORD}@example.com/v1",
+    "--teacher": f"t=gpt@http://teach:{PASSWORD}@127.0.0.1:9/v1",
+    "--model": f"m=a@http://u:{PASSWORD}%40x@127.0.0.1:9/v1",
+}
 
 
 def masked(text: str) -> bool:
     return f":{PASSWORD}" not in text and "***@" in text
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("http://user:PW@host/v1", "http://user:***@host/v1"),
-    ("see https://u:p@ss@h.com:80/v1 now", "see https://u:***@h.com:80/v1 now"),  # up to the authority's last '@'
-    ("http://:secret@h", "http://:***@h"),
-    ("base@http://127.0.0.1:8000/v1 and http://127.0.0.1:8000/v1", "base@http://127.0.0.1:8000/v1 and http://127.0.0.1:8000/v1"),
-    ("user@example.com wrote: x:y", "user@example.com wrote: x:y"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("http://user:PW@host/v1", "http://user:***@host/v1"),
+        # up to the authority's last '@'
+        ("see https://u:p@ss@h.com:80/v1 now", "see https://u:***@h.com:80/v1 now"),
+        ("http://:secret@h", "http://:***@h"),
+        (
+            "base@http://127.0.0.1:8000/v1 and http://127.0.0.1:8000/v1",
+            "base@http://127.0.0.1:8000/v1 and http://127.0.0.1:8000/v1",
+        ),
+        ("user@example.com wrote: x:y", "user@example.com wrote: x:y"),
+    ],
+)
 def test_redact_masks_the_password_of_every_url(text, expected):
     assert keys.redact(text) == expected
 
 
 def test_the_start_up_configuration_and_config_yaml_mask_every_urls_password(tmp_path, capsys):
-    argv = ["--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend", "--judge", "ruler", "--sft",
-            "--sft-from", "teacher", *[x for flag, url in URLS.items() for x in (flag, url)]]
+    argv = [
+        "--skill",
+        "git-commit",
+        "--backend",
+        "skill_rl.training.dryrun:DryRunBackend",
+        "--judge",
+        "ruler",
+        "--sft",
+        "--sft-from",
+        "teacher",
+        *[x for flag, url in URLS.items() for x in (flag, url)],
+    ]
     args = train_skill.parse_args(argv)
     with keys.redacted_output():
         cli.print_config(args, None)
@@ -45,10 +66,15 @@ def test_the_start_up_configuration_and_config_yaml_mask_every_urls_password(tmp
     assert written.stat().st_mode & 0o777 == 0o600 and run.stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("flag, value", [("--model", f"m=a@ftp://u:{PASSWORD}@host/v1"),
-                                         ("--teacher", f"t=a@ftp://u:{PASSWORD}@host/v1"),
-                                         ("--judge-base-url", f"ftp://u:{PASSWORD}@host/v1"),
-                                         ("--base-url", f"ftp://u:{PASSWORD}@host/v1")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--model", f"m=a@ftp://u:{PASSWORD}@host/v1"),
+        ("--teacher", f"t=a@ftp://u:{PASSWORD}@host/v1"),
+        ("--judge-base-url", f"ftp://u:{PASSWORD}@host/v1"),
+        ("--base-url", f"ftp://u:{PASSWORD}@host/v1"),
+    ],
+)
 def test_a_refused_endpoint_is_one_line_without_its_password(capsys, flag, value):
     with pytest.raises(SystemExit) as e:
         train_skill.parse_args(["--skill", "git-commit", flag, value])
@@ -73,10 +99,23 @@ def test_eval_records_an_endpoint_without_its_password_and_resumes_them(tmp_path
     out = tmp_path / "eval"
     with FakeOpenAI(policy_fn=lambda r: "fix(app): raise the limit") as server:
         url = server.url.replace("http://", f"http://me:{PASSWORD}-long-enough@")
-        argv = ["--skill", "git-commit", "--eval", "--model", f"a=m@{url}", "--judge", "none", "--limit", "2", "--out", str(out)]
+        argv = [
+            "--skill",
+            "git-commit",
+            "--eval",
+            "--model",
+            f"a=m@{url}",
+            "--judge",
+            "none",
+            "--limit",
+            "2",
+            "--out",
+            str(out),
+        ]
         assert train_skill.main(argv) == 0
         assert train_skill.main([*argv, "--resume"]) == 0, capsys.readouterr().err
-        assert len(server.requests) == 2  # the resumed run found its records its own: nothing asked again
+        # the resumed run found its records its own: nothing asked again
+        assert len(server.requests) == 2
     printed = "".join(capsys.readouterr())
     for text in [printed, *(p.read_text() for p in out.iterdir() if p.suffix in (".json", ".jsonl", ".md"))]:
         assert f":{PASSWORD}" not in text

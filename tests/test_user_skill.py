@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # runs the project's own contract tests in a copy of the project
+# runs the project's own contract tests in a copy of the project
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT_TESTS = ["tests/test_exploits.py", "tests/test_derived.py", "tests/test_skills.py"]
 
@@ -41,15 +42,25 @@ Confidence: <low | medium | high>
 
 Every line is at most 200 characters.
 """
-QUESTIONS = ["Which planet is closest to the Sun?", "Who wrote Hamlet?", "What is seven times eight?",
-             "Which gas do plants take in?", "At what temperature does water boil at sea level?",
-             "Which ocean is the largest?"]
+QUESTIONS = [
+    "Which planet is closest to the Sun?",
+    "Who wrote Hamlet?",
+    "What is seven times eight?",
+    "Which gas do plants take in?",
+    "At what temperature does water boil at sea level?",
+    "Which ocean is the largest?",
+]
 
 
 def fresh_clone(where: Path) -> Path:
     """The files a clone of this tree holds (tracked, and new files not ignored), copied: no .venv, no .art."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         if (ROOT / name).is_file():
             (where / name).parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +69,11 @@ def fresh_clone(where: Path) -> Path:
 
 
 def run(args, cwd, timeout=900):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")
+    }
     out = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return out.returncode, out.stdout + out.stderr
 
@@ -70,14 +85,20 @@ def test_a_users_markdown_only_skill_fails_no_project_test_and_check_names_what_
     folder = clone / "skills" / "myskill"
     (folder / "checks.py").unlink()
     (folder / "SKILL.md").write_text(SKILL_MD)
-    (folder / "tasks.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "input": q, "split": "val" if i >= 4 else "train"})
-                                                + "\n" for i, q in enumerate(QUESTIONS)))
+    (folder / "tasks.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "input": q, "split": "val" if i >= 4 else "train"}) + "\n"
+            for i, q in enumerate(QUESTIONS)
+        )
+    )
     code, out = run(["-c", "import skill_rl; print(skill_rl.__file__)"], clone)
-    assert out.strip() == str(clone / "skill_rl" / "__init__.py"), out  # the copy's code, not this tree's
+    # the copy's code, not this tree's
+    assert out.strip() == str(clone / "skill_rl" / "__init__.py"), out
 
     code, out = run(["-m", "pytest", "--collect-only", "-n", "0", "-m", "slow or not slow"], clone)
     assert code == 0, out[-3000:]
-    assert "myskill" not in out and "the --init template" in out, out[-3000:]  # no test is parametrized on it
+    # no test is parametrized on it
+    assert "myskill" not in out and "the --init template" in out, out[-3000:]
     code, out = run(["-m", "pytest", "-n", "2", *CONTRACT_TESTS], clone)
     assert code == 0 and " passed" in out and "failed" not in out, out[-3000:]
 

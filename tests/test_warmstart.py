@@ -6,16 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-
-from conftest import SMALL_DIFF, small_git_commit
+from conftest import small_git_commit
 from openai_server import FakeOpenAI
+
 from skill_rl.scoring.rubric import score_offline
 from skill_rl.skills import load_skill
 from train_skill import main
 
 GOOD = "fix(app): raise the limit\n\nThe old limit dropped requests."
-BAD = "Fixed the limit."  # not a Conventional Commit: its format gate fails
-TEACHER = ["fix: raised the limit", BAD, GOOD]  # above the minimum reward, below it, and the best
+# not a Conventional Commit: its format gate fails
+BAD = "Fixed the limit."
+# above the minimum reward, below it, and the best
+TEACHER = ["fix: raised the limit", BAD, GOOD]
 
 
 @pytest.fixture
@@ -40,11 +42,32 @@ def policy(monkeypatch):
 
 
 def train(capsys, skills, policy, *extra):
-    code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--backend", "skill_rl.training.dryrun:DryRunBackend",
-                 "--judge-base-url", policy.url, "--judge-api-key", "sk-test", "--judge-timeout", "2",
-                 "--groups-per-step", "2", "--rollouts-per-group", "2", "--eval-every", "100",
-                 "--audit-tasks", "0",  # the test server's judge prefers length: the audit would refuse (test_audit.py)
-                 *extra])
+    code = main(
+        [
+            "--skills-dir",
+            str(skills),
+            "--skill",
+            "git-commit",
+            "--backend",
+            "skill_rl.training.dryrun:DryRunBackend",
+            "--judge-base-url",
+            policy.url,
+            "--judge-api-key",
+            "sk-test",
+            "--judge-timeout",
+            "2",
+            "--groups-per-step",
+            "2",
+            "--rollouts-per-group",
+            "2",
+            "--eval-every",
+            "100",
+            # the test server's judge prefers length: the audit would refuse (test_audit.py)
+            "--audit-tasks",
+            "0",
+            *extra,
+        ]
+    )
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -69,37 +92,59 @@ def sft_examples(record):
 
 
 @pytest.mark.slow
-def test_references_and_a_file_reach_sft_deduplicated_filtered_train_only_and_resume_never_repeats_it(capsys, skills, policy):
+def test_references_and_a_file_reach_sft_deduplicated_filtered_train_only_and_resume_never_repeats_it(
+    capsys, skills, policy
+):
     alt = "fix(app): raise the request limit\n\nRequests over the old limit were dropped."
     extra = Path("extra.jsonl")
-    extra.write_text("".join(json.dumps(x) + "\n" for x in [
-        {"task_id": "t0", "output": GOOD + "\n"},  # the reference again: one example, not two
-        {"task_id": "t2", "output": alt}, {"task_id": "t2", "output": alt}]))
+    extra.write_text(
+        "".join(
+            json.dumps(x) + "\n"
+            for x in [
+                # the reference again: one example, not two
+                {"task_id": "t0", "output": GOOD + "\n"},
+                {"task_id": "t2", "output": alt},
+                {"task_id": "t2", "output": alt},
+            ]
+        )
+    )
     sft = ["--sft", "--sft-from", "references", "--sft-from", str(extra), "--sft-epochs", "2"]
     code, out, err = train(capsys, skills, policy, *sft, "--steps", "1")
     assert code == 0, err[-2000:]
 
     first, second, rl = records()
-    expected = sorted([("t0", GOOD), ("t2", GOOD), ("t2", alt), ("t3", GOOD)])  # t1's reference is below the minimum
-    assert sft_examples(first) == sft_examples(second) == expected  # no val task (t4, t5), though they have references
+    # t1's reference is below the minimum
+    expected = sorted([("t0", GOOD), ("t2", GOOD), ("t2", alt), ("t3", GOOD)])
+    # no val task (t4, t5), though they have references
+    assert sft_examples(first) == sft_examples(second) == expected
     assert [first["step"], second["step"], rl["step"]] == [1, 2, 3]
-    assert first["sft"]["learning_rate"] == 5e-5 and first["sft"]["batch_size"] == 2  # ART's default and 'auto'
+    # ART's default and 'auto'
+    assert first["sft"]["learning_rate"] == 5e-5 and first["sft"]["batch_size"] == 2
     assert "2 duplicates" in out and "1 below the minimum reward" in out
     assert "sft  1/2 | step 1 | examples 4 | batches 2 |" in out and "sft  2/2 | step 2 |" in out
-    assert "starting at step 2 of 3" in out and "val     2 | reward" in out  # validated once after the warm start
-    kept = [json.loads(line) for line in Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/warmstart.jsonl").read_text().splitlines()]
+    # validated once after the warm start
+    assert "starting at step 2 of 3" in out and "val     2 | reward" in out
+    kept = [
+        json.loads(line)
+        for line in Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/warmstart.jsonl").read_text().splitlines()
+    ]
     assert sorted((k["task_id"], k["output"]) for k in kept) == expected
     assert all(k["reward"] >= 0.8 and k["judged"] for k in kept)
     assert next(k["source"] for k in kept if k["output"] == GOOD and k["task_id"] == "t0") == "reference+file"
-    history = [json.loads(line) for line in Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/history.jsonl").read_text().splitlines()]
-    assert [h["sft/gradient_step"] for h in history if "sft/gradient_step" in h] == [1.0, 2.0, 1.0, 2.0]  # ART's own names
+    history = [
+        json.loads(line)
+        for line in Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/history.jsonl").read_text().splitlines()
+    ]
+    # ART's own names
+    assert [h["sft/gradient_step"] for h in history if "sft/gradient_step" in h] == [1.0, 2.0, 1.0, 2.0]
     assert [h["step"] for h in history if "loss/learning_rate" in h] == [1, 2]
 
     code, out, err = train(capsys, skills, policy, *sft, "--steps", "2")
     assert code == 0, err[-2000:]
     assert "warm start: done earlier in this run" in out and "starting at step 3 of 4" in out
     assert [("sft" in r, r["step"]) for r in records()] == [(True, 1), (True, 2), (False, 3), (False, 4)]
-    code, out, err = train(capsys, skills, policy, "--steps", "3")  # without --sft: RL steps still follow the warm start's
+    # without --sft: RL steps still follow the warm start's
+    code, out, err = train(capsys, skills, policy, "--steps", "3")
     assert code == 0 and "starting at step 4 of 5" in out and len(records()) == 5
 
 
@@ -114,53 +159,105 @@ def teacher_answers(skill):
             raise ConnectionAbortedError("the teacher hangs up on this task")
         seen[user] = seen.get(user, -1) + 1
         return texts[seen[user] % len(texts)]
+
     return answer
 
 
 @pytest.mark.slow
-def test_teacher_outputs_are_scored_best_per_task_kept_failures_reported_and_the_file_reuses_them(capsys, skills, policy, monkeypatch):
+def test_teacher_outputs_are_scored_best_per_task_kept_failures_reported_and_the_file_reuses_them(
+    capsys, skills, policy, monkeypatch
+):
     skill = load_skill(skills / "git-commit")
     monkeypatch.setenv("TEACHER_API_KEY", "sk-planted-teacher-key")
     with FakeOpenAI(policy_fn=teacher_answers(skill)) as teacher:
-        teacher.policy_faults.append("500")  # the first call fails once and is retried
-        code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", "teacher", "--teacher", f"big=gpt@{teacher.url}",
-                               "--teacher-samples", "3", "--judge", "none", "--steps", "1")
+        # the first call fails once and is retried
+        teacher.policy_faults.append("500")
+        code, out, err = train(
+            capsys,
+            skills,
+            policy,
+            "--sft",
+            "--sft-from",
+            "teacher",
+            "--teacher",
+            f"big=gpt@{teacher.url}",
+            "--teacher-samples",
+            "3",
+            "--judge",
+            "none",
+            "--steps",
+            "1",
+        )
         asked = {r["messages"][1]["content"] for r in teacher.requests}
         calls = len(teacher.requests)
-    assert code == 1, err[-2000:]  # it finished, and says that the teacher failed on a task
+    # it finished, and says that the teacher failed on a task
+    assert code == 1, err[-2000:]
     assert "teacher big: t3: APIConnectionError" in err and "1 teacher task failure(s)" in out
-    assert asked == {t.input for t in skill.split("train")}  # every train task, never a val task
+    # every train task, never a val task
+    assert asked == {t.input for t in skill.split("train")}
     examples = sft_examples(records()[0])
-    for task_id in ("t0", "t1", "t2"):  # the tasks the teacher served are used, with their best output only
+    # the tasks the teacher served are used, with their best output only
+    for task_id in ("t0", "t1", "t2"):
         rewards = [s.reward for s in score_offline(skill, skill.task(task_id), TEACHER)]
         assert [o for t, o in examples if t == task_id] == [TEACHER[rewards.index(max(rewards))]]
     assert not any(t == "t3" for t, _ in examples)
     kept = Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/warmstart.jsonl")
     assert all(json.loads(line)["source"] == "teacher" for line in kept.read_text().splitlines())
-    assert not any("sk-planted-teacher-key" in text for text in
-                   [out, err, *(f.read_text(errors="replace") for f in Path(".art").rglob("*") if f.is_file())])
+    assert not any(
+        "sk-planted-teacher-key" in text
+        for text in [out, err, *(f.read_text(errors="replace") for f in Path(".art").rglob("*") if f.is_file())]
+    )
 
-    code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", str(kept), "--judge", "none", "--steps", "0",
-                           "--run-name", "reuse")
+    code, out, err = train(
+        capsys,
+        skills,
+        policy,
+        "--sft",
+        "--sft-from",
+        str(kept),
+        "--judge",
+        "none",
+        "--steps",
+        "0",
+        "--run-name",
+        "reuse",
+    )
     assert code == 0, err[-2000:]
     assert sft_examples(records("reuse")[0]) == examples and len(teacher.requests) == calls
 
 
 def test_bad_sft_file_lines_are_reported_by_line_and_nothing_runs(capsys, skills, policy):
     bad = Path("bad.jsonl")
-    bad.write_text("\n".join([
-        "not json",
-        json.dumps({"task_id": "t0"}),
-        json.dumps({"task_id": "nope", "output": "fix: x"}),
-        json.dumps({"task_id": "t4", "output": "fix: x"}),
-        json.dumps({"task_id": "t0", "output": "fix: x", "ouput": "fix: y"}),
-        json.dumps({"task_id": "t0", "output": "  "}),
-        json.dumps(["t0", "fix: x"]),
-        json.dumps({"task_id": "t0", "output": "fix: fine"}),
-    ]) + "\n")
+    bad.write_text(
+        "\n".join(
+            [
+                "not json",
+                json.dumps({"task_id": "t0"}),
+                json.dumps({"task_id": "nope", "output": "fix: x"}),
+                json.dumps({"task_id": "t4", "output": "fix: x"}),
+                json.dumps({"task_id": "t0", "output": "fix: x", "ouput": "fix: y"}),
+                json.dumps({"task_id": "t0", "output": "  "}),
+                json.dumps(["t0", "fix: x"]),
+                json.dumps({"task_id": "t0", "output": "fix: fine"}),
+            ]
+        )
+        + "\n"
+    )
     with FakeOpenAI() as teacher:
-        code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", str(bad), "--sft-from", "teacher",
-                               "--teacher", f"t=m@{teacher.url}", "--steps", "1")
+        code, out, err = train(
+            capsys,
+            skills,
+            policy,
+            "--sft",
+            "--sft-from",
+            str(bad),
+            "--sft-from",
+            "teacher",
+            "--teacher",
+            f"t=m@{teacher.url}",
+            "--steps",
+            "1",
+        )
         assert teacher.requests == [] and policy.requests == []
     assert code == 2 and "Traceback" not in err
     lines = err.strip().splitlines()
@@ -171,11 +268,13 @@ def test_bad_sft_file_lines_are_reported_by_line_and_nothing_runs(capsys, skills
     assert not Path(".art").exists()
 
 
-
 def test_an_sft_file_line_giving_a_key_twice_is_refused_as_tasks_jsonl_refuses_it(capsys, skills, policy):
     twice = Path("twice.jsonl")
-    twice.write_text(json.dumps({"task_id": "t0", "output": GOOD}) + "\n"
-                     + '{"task_id": "t2", "output": "fix: a", "output": "fix: b"}\n')
+    twice.write_text(
+        json.dumps({"task_id": "t0", "output": GOOD})
+        + "\n"
+        + '{"task_id": "t2", "output": "fix: a", "output": "fix: b"}\n'
+    )
     code, out, err = train(capsys, skills, policy, "--sft", "--sft-from", str(twice), "--steps", "1")
     assert code == 2 and err == "twice.jsonl:2: field 'output' is given twice\n" and policy.requests == []
     assert not Path(".art").exists()
@@ -185,12 +284,16 @@ def test_an_sft_file_line_giving_a_key_twice_is_refused_as_tasks_jsonl_refuses_i
     n = len(tasks.read_text().splitlines())
     assert code == 2 and f"tasks.jsonl:{n}: field 'id' is given twice" in err
 
-@pytest.mark.parametrize("flags, message", [
-    (["--no-sft", "--sft-from", "references"], "--sft-from and --teacher apply only with --sft"),
-    (["--sft", "--sft-from", "teacher"], "--sft-from teacher needs --teacher SPEC"),
-    (["--sft", "--teacher", "gpt"], "--teacher is used only with --sft-from teacher"),
-    (["--sft", "--backend", "tinker"], "Tinker backend cannot fine-tune"),
-])
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--no-sft", "--sft-from", "references"], "--sft-from and --teacher apply only with --sft"),
+        (["--sft", "--sft-from", "teacher"], "--sft-from teacher needs --teacher SPEC"),
+        (["--sft", "--teacher", "gpt"], "--teacher is used only with --sft-from teacher"),
+        (["--sft", "--backend", "tinker"], "Tinker backend cannot fine-tune"),
+    ],
+)
 def test_warm_start_flags_that_cannot_work_exit_2_before_anything_runs(capsys, skills, flags, message):
     code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--judge", "none", *flags])
     assert code == 2 and message in capsys.readouterr().err and not Path(".art").exists()
@@ -201,11 +304,14 @@ def test_warm_start_flag_problems_are_reported_even_where_there_is_no_way_to_tra
 
     if Path("/proc/driver/nvidia").exists():
         pytest.skip("this machine has a GPU")
-    monkeypatch.setattr(cpu, "available", lambda: False)  # no [cpu] extra, no GPU, no key: --backend auto has nothing
+    # no [cpu] extra, no GPU, no key: --backend auto has nothing
+    monkeypatch.setattr(cpu, "available", lambda: False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     for key in ("WANDB_API_KEY", "TINKER_API_KEY"):
         monkeypatch.delenv(key, raising=False)
-    code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--judge", "none", "--sft", "--sft-from", "teacher"])
+    code = main(
+        ["--skills-dir", str(skills), "--skill", "git-commit", "--judge", "none", "--sft", "--sft-from", "teacher"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--sft-from teacher needs --teacher SPEC" in err and "no way to train" not in err
     code = main(["--skills-dir", str(skills), "--skill", "git-commit", "--judge", "none", "--sft"])
@@ -219,8 +325,16 @@ def test_references_source_without_references_exits_2(capsys, tmp_path, monkeypa
     assert "--sft-from references: no train task has a 'reference'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag, value", [("--teacher-min-reward", "1.5"), ("--teacher-samples", "0"),
-                                          ("--sft-epochs", "-1"), ("--sft-batch-size", "big"), ("--sft-learning-rate", "0")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--teacher-min-reward", "1.5"),
+        ("--teacher-samples", "0"),
+        ("--sft-epochs", "-1"),
+        ("--sft-batch-size", "big"),
+        ("--sft-learning-rate", "0"),
+    ],
+)
 def test_warm_start_numbers_out_of_range_are_usage_errors(capsys, skills, flag, value):
     with pytest.raises(SystemExit) as stop:
         main(["--skill", "git-commit", "--sft", flag, value])
@@ -235,7 +349,8 @@ def test_a_warm_start_goes_only_before_rl_and_one_stopped_between_epochs_resumes
     assert code == 2 and "already has 1 training step(s); a warm start goes before the first RL step" in err
     assert len(records("rl-first")) == 1
 
-    code, out, err = train(capsys, skills, policy, "--sft", "--steps", "0", "--judge", "none")  # a warm start alone
+    # a warm start alone
+    code, out, err = train(capsys, skills, policy, "--sft", "--steps", "0", "--judge", "none")
     assert code == 0 and "starting at step 1 of 1" in out, err[-2000:]
     # The state a kill leaves between epoch 1's checkpoint and its record, had the run asked for 3 epochs:
     state_path = Path(".art/skill-rl/models/git-commit-qwen2.5-3b-instruct/state.json")
@@ -246,14 +361,16 @@ def test_a_warm_start_goes_only_before_rl_and_one_stopped_between_epochs_resumes
     assert code == 2 and "warm start stopped after epoch 1 of 3: run the same command with --sft" in err
     code, out, err = train(capsys, skills, policy, "--sft", "--steps", "1", "--judge", "none")
     assert code == 0, err[-2000:]
-    assert "resuming at epoch 2 of 3" in out and "warm start: candidates" not in out  # nothing collected again
+    # nothing collected again
+    assert "resuming at epoch 2 of 3" in out and "warm start: candidates" not in out
     steps = records()
     assert [("sft" in r, r["step"]) for r in steps] == [(True, 1), (True, 2), (True, 3), (False, 4)]
     assert sft_examples(steps[0]) == sft_examples(steps[1]) == sft_examples(steps[2])
     assert json.loads(state_path.read_text())["skill_rl_warm_start"]["epochs_done"] == 3
 
 
-@pytest.mark.slow  # the training loop loads ART (torch)
+# the training loop loads ART (torch)
+@pytest.mark.slow
 def test_an_internalized_warm_start_trains_on_every_example_with_the_skill_and_with_the_stub(capsys, skills, policy):
     code, out, err = train(capsys, skills, policy, "--sft", "--steps", "1", "--internalize")
     assert code == 0, err[-2000:]
@@ -262,7 +379,11 @@ def test_an_internalized_warm_start_trains_on_every_example_with_the_skill_and_w
     chats = [ex["messages"] for ex in sft["sft"]["examples"]]
     kept = [json.loads(line) for line in next(Path(".art").rglob("warmstart.jsonl")).read_text().splitlines()]
     assert len(chats) == 2 * len(kept) >= 4
-    for prompt in (skill.body, "Follow the git-commit skill."):  # each kept example once under each prompt
-        assert sorted(c[1]["content"] for c in chats if c[0]["content"] == prompt) == sorted(skill.task(r["task_id"]).input for r in kept)
-    (step,) = [r for r in records() if "sft" not in r]  # RL step 1 of 1: the schedule's last step, at probability 0
+    # each kept example once under each prompt
+    for prompt in (skill.body, "Follow the git-commit skill."):
+        assert sorted(c[1]["content"] for c in chats if c[0]["content"] == prompt) == sorted(
+            skill.task(r["task_id"]).input for r in kept
+        )
+    # RL step 1 of 1: the schedule's last step, at probability 0
+    (step,) = [r for r in records() if "sft" not in r]
     assert step["system"] == ["Follow the git-commit skill."]

@@ -36,7 +36,8 @@ def wakeups_during(run) -> int:
 
 def test_checks_within_their_limit_send_no_signal_however_long_the_pass():
     def many_short_calls():
-        with Watchdog(0.05) as dog:  # the old timer ticked every 12.5 ms: some 40 signals in this half second
+        # the old timer ticked every 12.5 ms: some 40 signals in this half second
+        with Watchdog(0.05) as dog:
             end = time.monotonic() + 0.5
             while time.monotonic() < end:
                 assert dog.call(sum, [1, 2]) == (3, None)
@@ -44,7 +45,8 @@ def test_checks_within_their_limit_send_no_signal_however_long_the_pass():
     assert wakeups_during(many_short_calls) == 0
 
 
-@pytest.mark.timeout(60)  # a hang guard, from a thread: the watchdog under test owns SIGALRM
+# a hang guard, from a thread: the watchdog under test owns SIGALRM
+@pytest.mark.timeout(60)
 def test_a_call_past_its_limit_is_still_stopped_even_one_that_swallows_the_timeout():
     def swallow():
         while True:
@@ -65,16 +67,20 @@ def test_a_call_past_its_limit_is_still_stopped_even_one_that_swallows_the_timeo
     start = time.monotonic()
     sent = wakeups_during(run)
     assert [type(e) for _, e in results] == [Timeout, Timeout, type(None)] and results[2][0] == 3
-    assert time.monotonic() - start < 5 and 2 <= sent <= 50  # a few signals for the two that overran
+    # a few signals for the two that overran
+    assert time.monotonic() - start < 5 and 2 <= sent <= 50
 
 
 def test_a_long_scoring_pass_inside_the_event_loop_prints_no_wakeup_errors(monkeypatch):
-    ignored = []  # what Python would print as "Exception ignored ... BlockingIOError"
+    # what Python would print as "Exception ignored ... BlockingIOError"
+    ignored = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: ignored.append(u.exc_type))
 
     async def scoring_pass():
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: None)  # asyncio now owns the wake-up fd
-        with Watchdog(0.004) as dog:  # the old timer: a signal a millisecond, and the loop never reads them
+        # asyncio now owns the wake-up fd
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: None)
+        # the old timer: a signal a millisecond, and the loop never reads them
+        with Watchdog(0.004) as dog:
             end = time.monotonic() + 1.0
             while time.monotonic() < end:
                 dog.call(sum, [1, 2])

@@ -9,20 +9,21 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from skill_rl.scoring import contract
 from skill_rl.console import literal
+from skill_rl.errors import Exit
+from skill_rl.scoring import contract
 from skill_rl.scoring.checks import is_estimate
 from skill_rl.scoring.derived import derive
-from skill_rl.errors import Exit
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.scoring.rubric import checks_cover, reference_problems
-from skill_rl.skills import (DIMENSIONS, NAME_RE, Skill, SkillError, Task, list_skills as skill_folders, load_skill,
-                             shipped_skills_dir, skill_dirs)
+from skill_rl.skills import DIMENSIONS, NAME_RE, Skill, SkillError, Task, load_skill, shipped_skills_dir, skill_dirs
+from skill_rl.skills import list_skills as skill_folders
 from skill_rl.text import display, show
 
 TEMPLATE = Path(__file__).parent.parent / "template"
-TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")  # what --init writes
+# what --init writes
+TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")
 
 
 def list_command(setup, skill: None) -> int:
@@ -43,7 +44,13 @@ def check_command(setup, skill: Skill) -> int:
 def list_skills(skills_dirs: list[Path]) -> int:
     for d in skills_dirs:
         if not d.is_dir() or not os.access(d, os.R_OK | os.X_OK):
-            what = "is not a folder" if d.exists() and not d.is_dir() else "cannot be read" if d.exists() else "does not exist"
+            what = (
+                "is not a folder"
+                if d.exists() and not d.is_dir()
+                else "cannot be read"
+                if d.exists()
+                else "does not exist"
+            )
             raise Exit(2, f"--skills-dir {d} {what}")
     console = Console()
     where = " then ".join(display(d) for d in skills_dirs)
@@ -64,7 +71,8 @@ def list_skills(skills_dirs: list[Path]) -> int:
 
 
 def init_skill(skills_dir: Path, name: str) -> int:
-    if not NAME_RE.fullmatch(name) or len(name) > 64:  # fullmatch: `$` would let "demo\n" through
+    # fullmatch: `$` would let "demo\n" through
+    if not NAME_RE.fullmatch(name) or len(name) > 64:
         raise Exit(2, f"a skill name is 1-64 characters of a-z, 0-9 and single '-', got {name!r}")
     folder = Path(skills_dir) / name
     if folder.exists():
@@ -74,9 +82,13 @@ def init_skill(skills_dir: Path, name: str) -> int:
     for file in TEMPLATE_FILES:
         text = (TEMPLATE / file).read_text().replace("{name}", name).replace("{title}", title)
         (folder / file).write_text(text)
-    print(f"created {folder}/SKILL.md, tasks.jsonl and checks.py (three checks): edit them, then run --skill {name} --check")
-    print("what each file may hold: docs/skills.md; which SKILL.md sentences become checks (--check lists them): "
-          "docs/derived-checks.md")
+    print(
+        f"created {folder}/SKILL.md, tasks.jsonl and checks.py (three checks): edit them, then run --skill {name} --check"
+    )
+    print(
+        "what each file may hold: docs/skills.md; which SKILL.md sentences become checks (--check lists them): "
+        "docs/derived-checks.md"
+    )
     return 0
 
 
@@ -94,10 +106,14 @@ def print_check(skill: Skill) -> int:
     console.print(literal(skill.description))
     weights = ", ".join(f"{d} {skill.weights[d]:g}" for d in DIMENSIONS)
     console.print(f"rubric weights: {weights}; judged by RULER: {', '.join(skill.judged) or 'nothing'}")
-    checks = [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
+    checks = (
+        [n for n in vars(skill.checks) if getattr(getattr(skill.checks, n), "dimension", None)] if skill.checks else []
+    )
     shown = [n + " (estimate)" * is_estimate(getattr(skill.checks, n)) for n in checks]
-    console.print(f"deterministic checks (checks.py): {', '.join(shown) or 'none'}"
-                  + ("; an estimate only cuts the reward, never pays (docs/scoring.md)" if shown != checks else ""))
+    console.print(
+        f"deterministic checks (checks.py): {', '.join(shown) or 'none'}"
+        + ("; an estimate only cuts the reward, never pays (docs/scoring.md)" if shown != checks else "")
+    )
     print_derived(console, skill, set(checks))
     console.print(f"exploits (exploits.py): {len(skill_exploits(skill))}, plus {len(GENERIC)} generic")
     print_contract(console, skill)
@@ -109,23 +125,46 @@ def print_check(skill: Skill) -> int:
         table.add_column(col, justify="right")
     for split in ("train", "val"):
         tasks = skill.split(split)
-        table.add_row(split, str(len(tasks)), str(sum(t.expect is not None for t in tasks)),
-                      str(sum(t.reference is not None for t in tasks)))
+        table.add_row(
+            split,
+            str(len(tasks)),
+            str(sum(t.expect is not None for t in tasks)),
+            str(sum(t.reference is not None for t in tasks)),
+        )
     console.print(table)
     covers = checks_cover(skill, skill.split("train"))
-    console.print(literal("checks cover, on the train tasks (the rest is the judge's; --judge none pays only this): "
-                          + ", ".join(f"{d} {covers[d]:.0%}" for d in DIMENSIONS)), soft_wrap=True)
-    if not any(t.expect is not None for t in skill.tasks) and skill.checks is not None and hasattr(skill.checks, "Expect"):
-        console.print(literal("no task has `expect`: what checks.py compares with it (type, scope, ...) is unchecked"),
-                      soft_wrap=True)
+    console.print(
+        literal(
+            "checks cover, on the train tasks (the rest is the judge's; --judge none pays only this): "
+            + ", ".join(f"{d} {covers[d]:.0%}" for d in DIMENSIONS)
+        ),
+        soft_wrap=True,
+    )
+    if (
+        not any(t.expect is not None for t in skill.tasks)
+        and skill.checks is not None
+        and hasattr(skill.checks, "Expect")
+    ):
+        console.print(
+            literal("no task has `expect`: what checks.py compares with it (type, scope, ...) is unchecked"),
+            soft_wrap=True,
+        )
     if with_criteria := sum(bool(t.criteria) for t in skill.tasks):
         judged = "correctness" in Scorer(skill, Judge()).judged_dimensions
-        console.print(literal(f"{with_criteria} task(s) carry criteria (expected output, expectations) for the judge's "
-                              "correctness rubric" + ("" if judged else ": but correctness is not judged here, so "
-                                                      "they are unused"), "" if judged else "yellow"), soft_wrap=True)
+        console.print(
+            literal(
+                f"{with_criteria} task(s) carry criteria (expected output, expectations) for the judge's "
+                "correctness rubric" + ("" if judged else ": but correctness is not judged here, so they are unused"),
+                "" if judged else "yellow",
+            ),
+            soft_wrap=True,
+        )
     source = "" if skill.tasks_path.name == "tasks.jsonl" else f" (from {display(skill.tasks_path)})"
-    console.print(literal("ok", "green") + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks{source} are valid"),
-                  soft_wrap=True)
+    console.print(
+        literal("ok", "green")
+        + literal(f": {display(skill.path / 'SKILL.md')} and {len(skill.tasks)} tasks{source} are valid"),
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -133,8 +172,11 @@ def print_contract(console: Console, skill: Skill) -> None:
     """Which exploit families the skill's checks pay (skill_rl/scoring/contract.py), and what to add: information, never a
     failure, since the contract binds the shipped skills (their tests), not a user's."""
     found = contract.measure(skill)
-    against = (f"against the references, on {found.tasks} of the {found.of} tasks with one" if found.with_references
-               else f"no task has a reference: against the most the checks pay (1.00), on {found.tasks} of {found.of} tasks")
+    against = (
+        f"against the references, on {found.tasks} of the {found.of} tasks with one"
+        if found.with_references
+        else f"no task has a reference: against the most the checks pay (1.00), on {found.tasks} of {found.of} tasks"
+    )
     console.print(literal(f"exploit families, checks only (the --judge none reward), {against}:"), soft_wrap=True)
     for f in found.families:
         verdict = literal("  paid", "yellow") if not f.held else literal("  held")
@@ -143,8 +185,13 @@ def print_contract(console: Console, skill: Skill) -> None:
     if found.unmeasured:
         console.print(literal(f"  not measured (they need references): {', '.join(found.unmeasured)}"), soft_wrap=True)
     paid = [f.name for f in found.families if not f.held]
-    console.print(literal(f"the checks pay {len(paid)} of {len(found.families)} families tried" +
-                          (f": {', '.join(paid)}" if paid else "")), soft_wrap=True)
+    console.print(
+        literal(
+            f"the checks pay {len(paid)} of {len(found.families)} families tried"
+            + (f": {', '.join(paid)}" if paid else "")
+        ),
+        soft_wrap=True,
+    )
     for line in contract.advice(skill, found):
         console.print(literal(f"  to add: {line}"), soft_wrap=True)
 
@@ -156,9 +203,12 @@ def leaked_val_tasks(skill: Skill) -> list[str]:
     for t in skill.split("train"):
         train.setdefault(" ".join(t.input.split()), t)
     path = display(skill.tasks_path)
-    return [f"warning: {path}:{t.line}: val task {show(t.id)} has the same input as train task {show(same.id)} "
-            f"(line {same.line}): its val reward measures recall of a trained task, not the skill"
-            for t in skill.split("val") if (same := train.get(" ".join(t.input.split()))) is not None]
+    return [
+        f"warning: {path}:{t.line}: val task {show(t.id)} has the same input as train task {show(same.id)} "
+        f"(line {same.line}): its val reward measures recall of a trained task, not the skill"
+        for t in skill.split("val")
+        if (same := train.get(" ".join(t.input.split()))) is not None
+    ]
 
 
 def print_derived(console: Console, skill: Skill, taken: set[str]) -> None:
@@ -166,11 +216,19 @@ def print_derived(console: Console, skill: Skill, taken: set[str]) -> None:
     found = derive(skill)
     if not skill.derive:
         names = ", ".join(d.fn.__name__ for d in found.checks) or "none"
-        console.print(f'derived checks: off (metadata derive-checks is "false"); SKILL.md would yield: {names}',
-                      highlight=False, markup=False, soft_wrap=True)
+        console.print(
+            f'derived checks: off (metadata derive-checks is "false"); SKILL.md would yield: {names}',
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
         return
-    console.print(f"derived checks (from {found.path}):{' none' if not found.checks else ''}",
-                  highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"derived checks (from {found.path}):{' none' if not found.checks else ''}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     for d in found.checks:
         name, fn = d.fn.__name__, d.fn
         if name in taken:
@@ -180,15 +238,21 @@ def print_derived(console: Console, skill: Skill, taken: set[str]) -> None:
         console.print(f"  {name} ({flags}): {fn.__doc__}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"      {found.path}:{d.line}: {d.source}", highlight=False, markup=False, soft_wrap=True)
     if found.ignored:
-        console.print("not derived (reads like a limit, count or enumeration; the reward does not check it, the judge may):",
-                      markup=False)
+        console.print(
+            "not derived (reads like a limit, count or enumeration; the reward does not check it, the judge may):",
+            markup=False,
+        )
         for s in found.ignored:
-            console.print(f"  not derived: {found.path}:{s.line}: {s.text}", highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                f"  not derived: {found.path}:{s.line}: {s.text}", highlight=False, markup=False, soft_wrap=True
+            )
 
 
 def print_config(args, judge) -> None:
     """The resolved configuration of a run, secrets masked."""
-    hidden = {"judge_api_key", "api_key"} | ({k for k in vars(args) if k.startswith(("sft_", "teacher"))} if not args.sft else set())
+    hidden = {"judge_api_key", "api_key"} | (
+        {k for k in vars(args) if k.startswith(("sft_", "teacher"))} if not args.sft else set()
+    )
     shown = {k: v for k, v in vars(args).items() if v not in (None, False, []) and k not in hidden}
     shown["judge"] = judge.public() if judge else "none (checks only)"
     width = max(len(k) for k in shown)

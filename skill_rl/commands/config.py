@@ -43,12 +43,18 @@ class Run:
     """What a command runs with: its settings, resolved, and what resolving them found."""
 
     settings: Settings
-    judge: Judge | None = None  # None: checks only (--judge none)
-    plan: backends.Plan | None = None  # where it trains (training only)
-    sft: warmstart.Plan | None = None  # the warm start, if any (training only)
-    notes: tuple[str, ...] = ()  # said on stderr before the run starts, not refused
-    command: str = "train"  # config.command's name for it
-    checkpoint: tuple[Path, str] | None = None  # --eval --backend cpu: the run's checkpoint, and why it is the one
+    # None: checks only (--judge none)
+    judge: Judge | None = None
+    # where it trains (training only)
+    plan: backends.Plan | None = None
+    # the warm start, if any (training only)
+    sft: warmstart.Plan | None = None
+    # said on stderr before the run starts, not refused
+    notes: tuple[str, ...] = ()
+    # config.command's name for it
+    command: str = "train"
+    # --eval --backend cpu: the run's checkpoint, and why it is the one
+    checkpoint: tuple[Path, str] | None = None
 
 
 def resolve(s: Settings, skill: Skill | None) -> Run:
@@ -77,25 +83,33 @@ def training(s: Settings, skill: Skill) -> Run:
     from skill_rl.prompts import default_floor
     from skill_rl.training import backends, warmstart
 
-    by_default, said_none = s.sft is None, s.judge == "none"  # the CPU backend may default to both
+    # the CPU backend may default to both
+    by_default, said_none = s.sft is None, s.judge == "none"
     if said_none and not s.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):
         raise Exit(2, problem)
-    cache = model_cache(s.backend)  # before pick_backend, whose check of ART's vLLM runtime imports ART
+    # before pick_backend, whose check of ART's vLLM runtime imports ART
+    cache = model_cache(s.backend)
     try:
         picked = backends.pick_backend(s.backend)
-    except Exit:  # no way to train: backends.plan says so, after the --sft flags' problems
+    # no way to train: backends.plan says so, after the --sft flags' problems
+    except Exit:
         picked = None
-    s = presets(s, picked and picked[0], skill)  # presets: --backend cpu's short run and warm start
-    sft = warmstart.prepare(s, skill, by_default)  # --sft flags and files: every problem, before anything runs
+    # presets: --backend cpu's short run and warm start
+    s = presets(s, picked and picked[0], skill)
+    # --sft flags and files: every problem, before anything runs
+    sft = warmstart.prepare(s, skill, by_default)
     if s.internalize and s.internalize_floor is None:
         s = replace(s, internalize_floor=default_floor(sft is not None))
-    plan = backends.plan(s, skill, picked)  # no way to train, or a base model the backend refuses
+    # no way to train, or a base model the backend refuses
+    plan = backends.plan(s, skill, picked)
     s = kl_anchor(replace(s, backend=plan.kind, base_model=plan.base_model), sft is not None)
     s = replace(s, run_name=s.run_name or run_name(skill, s.base_model))
     notes = (cache,) if cache else ()
     if s.judge == "none" and not said_none and (problem := checks_only_problem(skill, skill.split("train"))):
-        notes += (f"note: {problem}",)  # a CPU rehearsal's default: said, not refused
-        s = replace(s, format_only_reward=True)  # what the run does, so that its written config.yaml runs it again
+        # a CPU rehearsal's default: said, not refused
+        notes += (f"note: {problem}",)
+        # what the run does, so that its written config.yaml runs it again
+        s = replace(s, format_only_reward=True)
     return Run(s, judge(s), plan, sft, notes)
 
 
@@ -113,8 +127,11 @@ def internalize(s: Settings) -> Settings:
     internal, without, floor, baseline = s.internalize, s.without_skill, s.internalize_floor, s.eval and s.baseline
     command = "--export" if s.export is not None else "--score" if s.score else "--eval" if s.eval else None
     if internal and command:
-        raise Exit(2, f"--internalize trains a run; {command} does not train (--eval compares a model with and "
-                      "without SKILL.md with --baseline --without-skill stub|none)")
+        raise Exit(
+            2,
+            f"--internalize trains a run; {command} does not train (--eval compares a model with and "
+            "without SKILL.md with --baseline --without-skill stub|none)",
+        )
     if floor is not None and not internal:
         raise Exit(2, "--internalize-floor goes with --internalize")
     if without is not None and not internal and not baseline:
@@ -122,7 +139,8 @@ def internalize(s: Settings) -> Settings:
     if internal:
         return replace(s, without_skill=without or "stub")
     if baseline:
-        return replace(s, without_skill=without or "description")  # what --baseline always sent
+        # what --baseline always sent
+        return replace(s, without_skill=without or "description")
     return s
 
 
@@ -142,13 +160,18 @@ def export_run(s: Settings, skill: Skill) -> Settings:
         raise Exit(2, backends.REMOTE_WEIGHTS[kind])
     if kind == "auto" and not s.run_name and not s.base_model:
         try:
-            kind = backends.pick_backend("auto", to_train=False)[0]  # the merge needs no vLLM runtime
-        except Exit:  # no backend here: the run is named by the flags alone
+            # the merge needs no vLLM runtime
+            kind = backends.pick_backend("auto", to_train=False)[0]
+        # no backend here: the run is named by the flags alone
+        except Exit:
             kind = None
     base_model = s.base_model or backends.DEFAULT_BASE_MODEL.get(kind or "")
     if not s.run_name and not base_model:
-        raise Exit(2, "--export: no backend is set up here to pick the default base model, so the run's name is "
-                      "unknown; pass the --run-name (or --base-model, or --backend) the training used")
+        raise Exit(
+            2,
+            "--export: no backend is set up here to pick the default base model, so the run's name is "
+            "unknown; pass the --run-name (or --base-model, or --backend) the training used",
+        )
     # --base-model stays as given: the run's records name it
     return replace(s, checkpoint=s.checkpoint or "best", run_name=s.run_name or run_name(skill, base_model))
 
@@ -186,8 +209,10 @@ def model_cache(backend: str) -> str | None:
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     os.environ["HF_HOME"] = home = os.path.join(base, "huggingface")
-    return (f"note: HF_HOME was unset, so it is {home} for this run: the base model is downloaded there once, "
-            "for vLLM and Unsloth alike, and kept across reboots (set HF_HOME to choose another folder)")
+    return (
+        f"note: HF_HOME was unset, so it is {home} for this run: the base model is downloaded there once, "
+        "for vLLM and Unsloth alike, and kept across reboots (set HF_HOME to choose another folder)"
+    )
 
 
 def presets(s: Settings, kind: str | None, skill: Skill | None = None) -> Settings:
@@ -207,24 +232,30 @@ def default_judge(s: Settings, kind: str | None) -> Settings:
     """--judge when not given: ruler, except on the CPU, which scores with checks only unless a judge is set up."""
     if s.judge is not None:
         return s
-    configured = s.judge_base_url or s.judge_model or any(
-        os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
+    configured = (
+        s.judge_base_url
+        or s.judge_model
+        or any(os.environ.get(k) for k in ("JUDGE_BASE_URL", "JUDGE_API_KEY", "OPENAI_API_KEY"))
+    )
     return replace(s, judge="none" if kind == "cpu" and not configured else "ruler")
 
 
 def judge(s: Settings) -> Judge | None:
     """The RULER judge from the settings and the environment (the one place its endpoint and key are read)."""
-    from skill_rl.settings.env import judge_env_problem
     from skill_rl.scoring.cache import default_path
     from skill_rl.scoring.reward import DEFAULT_JUDGE, Judge
+    from skill_rl.settings.env import judge_env_problem
 
     if s.judge == "none":
         return None
     base_url = s.judge_base_url or os.environ.get("JUDGE_BASE_URL")
     model = s.judge_model or (f"openai/{os.environ.get('JUDGE_MODEL', 'judge')}" if base_url else DEFAULT_JUDGE)
     key = s.judge_api_key or os.environ.get("JUDGE_API_KEY")
-    model, problem = judge_env_problem(model, base_url, key)  # any LiteLLM provider, checked before spending
+    # any LiteLLM provider, checked before spending
+    model, problem = judge_env_problem(model, base_url, key)
     if problem:
         raise Exit(2, problem)
     cache = None if s.no_judge_cache else str(default_path())
-    return Judge(model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout, cache=cache)
+    return Judge(
+        model=model, base_url=base_url, api_key=key, attempts=s.judge_attempts, timeout=s.judge_timeout, cache=cache
+    )

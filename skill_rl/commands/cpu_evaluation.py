@@ -26,15 +26,19 @@ from skill_rl.cpu.weights import TINY_MODEL, checkpoint_problem
 from skill_rl.endpoints import Endpoint, with_baselines
 from skill_rl.errors import Exit
 
-PLACE = "in-process"  # what a record's spec says in place of an endpoint's URL
+# what a record's spec says in place of an endpoint's URL
+PLACE = "in-process"
 FROM_RUN = {"max_tokens": int, "temperature": (int, float), "context_tokens": int, "base_model": str}
 
 
 def run_folder(project: str, run_name: str) -> Path:
     where = Path(".art") / project / "models" / run_name
     if not (where / "checkpoints").is_dir():
-        raise Exit(2, f"--eval --backend cpu: no run with checkpoints at {where} (from --project {project}, run "
-                      f"{run_name}); train it first, or pass the --run-name (and --project) the training used")
+        raise Exit(
+            2,
+            f"--eval --backend cpu: no run with checkpoints at {where} (from --project {project}, run "
+            f"{run_name}); train it first, or pass the --run-name (and --project) the training used",
+        )
     return where
 
 
@@ -51,9 +55,16 @@ def run_settings(where: Path) -> dict:
         value = data.get(key)
         if value is None:
             continue
-        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 1) or (
-                kind != str and value < 0):
-            raise Exit(2, f"{path}: field '{key}' must be a {'positive whole number' if kind is int else 'number' if kind != str else 'text'}, got {value!r}")
+        if (
+            not isinstance(value, kind)
+            or isinstance(value, bool)
+            or (kind is int and value < 1)
+            or (kind is not str and value < 0)
+        ):
+            raise Exit(
+                2,
+                f"{path}: field '{key}' must be a {'positive whole number' if kind is int else 'number' if kind is not str else 'text'}, got {value!r}",
+            )
         out[key] = value
     return out
 
@@ -69,7 +80,10 @@ def pick(where: Path, which: str | int) -> tuple[Path, str]:
     best = best_step(where / history.NAME) if which == "best" else None
     if isinstance(which, int):
         if which not in steps:
-            raise Exit(2, f"--checkpoint {which}: {where} has no such checkpoint; it has steps {', '.join(map(str, sorted(steps)))}")
+            raise Exit(
+                2,
+                f"--checkpoint {which}: {where} has no such checkpoint; it has steps {', '.join(map(str, sorted(steps)))}",
+            )
         step, why = which, "chosen with --checkpoint"
     elif best and best[0] in steps:
         step, why = best[0], f"the best, val reward {best[1]:.3f}"
@@ -80,28 +94,49 @@ def pick(where: Path, which: str | int) -> tuple[Path, str]:
     return steps[step], f"step {step}, {why}"
 
 
-def arms(checkpoint: Path, base_model: str, baseline: bool, without: str | None) -> tuple[list[Endpoint], dict[str, bool]]:
+def arms(
+    checkpoint: Path, base_model: str, baseline: bool, without: str | None
+) -> tuple[list[Endpoint], dict[str, bool]]:
     """The endpoints --eval tables (trained, base, and their no-skill arms), and per label whether the adapter is on."""
     eps = [Endpoint("trained", str(checkpoint), PLACE), Endpoint("base", base_model, PLACE)]
     eps = with_baselines(eps, without or "description") if baseline else eps
     return eps, {ep.label: ep.model == str(checkpoint) for ep in eps}
 
 
-def decode_all(policy, skill, tasks, endpoints: list[Endpoint], adapter: dict[str, bool], samples: int,
-               temperature: float, max_tokens: int, tick=lambda n: None) -> dict[tuple[str, str], tuple[list, int]]:
+def decode_all(
+    policy,
+    skill,
+    tasks,
+    endpoints: list[Endpoint],
+    adapter: dict[str, bool],
+    samples: int,
+    temperature: float,
+    max_tokens: int,
+    tick=lambda n: None,
+) -> dict[tuple[str, str], tuple[list, int]]:
     """(task id, label) -> ([(output, finish_reason)] * samples, prompt tokens), each arm decoded in batches."""
     out = {}
     per = max(1, GEN_BATCH // samples)
     for ep in endpoints:
-        todo = sorted(((policy.prompt_ids(prompts.messages(skill, t, ep.with_skill, ep.without)), t) for t in tasks),
-                      key=lambda pair: len(pair[0]))
+        todo = sorted(
+            ((policy.prompt_ids(prompts.messages(skill, t, ep.with_skill, ep.without)), t) for t in tasks),
+            key=lambda pair: len(pair[0]),
+        )
         for i in range(0, len(todo), per):
-            chunk = todo[i:i + per]
+            chunk = todo[i : i + per]
             got = policy.generate_many([(ids, samples) for ids, _ in chunk], temperature, max_tokens, adapter[ep.label])
             for k, (ids, task) in enumerate(chunk):
-                rows = got[k * samples:(k + 1) * samples]
-                out[task.id, ep.label] = ([(policy.tokenizer.decode(s.token_ids, skip_special_tokens=True),
-                                            "stop" if s.finished else "length") for s in rows], len(ids))
+                rows = got[k * samples : (k + 1) * samples]
+                out[task.id, ep.label] = (
+                    [
+                        (
+                            policy.tokenizer.decode(s.token_ids, skip_special_tokens=True),
+                            "stop" if s.finished else "length",
+                        )
+                        for s in rows
+                    ],
+                    len(ids),
+                )
             tick(len(chunk))
     return out
 

@@ -18,27 +18,34 @@ model without the skill) side by side.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
-import random
 import sys
 from pathlib import Path
 
+from skill_rl.console import clean
+from skill_rl.endpoints import Endpoint, client, generate, parse_spec, spec_of, with_baselines
 from skill_rl.errors import Exit
-from skill_rl.console import chart_text, clean
+from skill_rl.files import atomic_write, read_records
 from skill_rl.keys import redact
 from skill_rl.progress import bar, phase
 from skill_rl.records import Sink, digest, prepare_folder, refuse_foreign, skill_files
+from skill_rl.scoring.report import (
+    bar_chart,
+    markdown_table,
+    print_table,
+    saving,
+    saving_lines,
+    summarize,
+    uplift,
+    uplift_lines,
+)
 from skill_rl.scoring.reward import Judge, Scorer
-from skill_rl.scoring.report import bar_chart, markdown_table, print_table, saving, saving_lines, summarize, uplift, uplift_lines
+from skill_rl.skills import Skill, Task
 from skill_rl.training.runlock import interrupted_as
-from skill_rl.endpoints import Endpoint, client, generate, parse_spec, spec_of, with_baselines
-from skill_rl.skills import DIMENSIONS, Skill, Task
-from skill_rl.files import atomic_write, read_records
 
-MAX_KEPT_OUTPUT = 100_000  # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
-
+# characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
+MAX_KEPT_OUTPUT = 100_000
 
 
 # ------------------------------------------------------------------ the run
@@ -55,16 +62,32 @@ def complete(done: list[dict], samples: int) -> dict[str, dict[str, list[dict]]]
     for (task_id, label, _), r in sorted(last.items(), key=lambda kv: kv[0][2]):
         out.setdefault(task_id, {}).setdefault(label, []).append(r)
     for labels in out.values():
-        for label in [k for k, recs in labels.items() if [r["sample"] for r in recs] != list(range(samples))
-                      or any(r.get("output_cut") for r in recs)]:
+        for label in [
+            k
+            for k, recs in labels.items()
+            if [r["sample"] for r in recs] != list(range(samples)) or any(r.get("output_cut") for r in recs)
+        ]:
             del labels[label]
     return out
 
 
-async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], judge: Judge | None, *,
-                   samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, concurrency: int = 8,
-                   timeout: float = 120.0, done: list[dict] = (), sink=None, ident: dict | None = None,
-                   quiet: bool = False, answers: dict | None = None) -> dict:
+async def evaluate(
+    skill: Skill,
+    endpoints: list[Endpoint],
+    tasks: list[Task],
+    judge: Judge | None,
+    *,
+    samples: int = 1,
+    temperature: float = 0.0,
+    max_tokens: int = 1024,
+    concurrency: int = 8,
+    timeout: float = 120.0,
+    done: list[dict] = (),
+    sink=None,
+    ident: dict | None = None,
+    quiet: bool = False,
+    answers: dict | None = None,
+) -> dict:
     """Generate with every endpoint and judge each task's outputs from all models as one group.
 
     `done` holds the records of an earlier, interrupted run of this same command (see run): a model
@@ -78,8 +101,11 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
     clients = {} if answers is not None else {ep.label: client(ep, timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
     kept = complete(list(done), samples)
-    by_task = {t: [r for recs in labels.values() for r in recs] for t, labels in kept.items()
-               if all(ep.label in labels for ep in endpoints)}
+    by_task = {
+        t: [r for recs in labels.values() for r in recs]
+        for t, labels in kept.items()
+        if all(ep.label in labels for ep in endpoints)
+    }
     judge_failures = 0
 
     async def one(task: Task):
@@ -87,14 +113,40 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         have = kept.get(task.id, {})
         todo = [ep for ep in endpoints if ep.label not in have]
         counted = {ep.label: [] for ep in todo}
-        fresh = await asyncio.gather(*(_given(answers, task, ep, counted[ep.label]) if answers is not None else
-                                       generate(clients[ep.label], ep, skill, task, samples, temperature, max_tokens,
-                                                gates[ep.label], counted[ep.label]) for ep in todo), return_exceptions=True)
-        outs = {**{ep.label: out for ep, out in zip(todo, fresh)},
-                **{label: [(r["output"], "length" if r["truncated"] else "stop") for r in recs] for label, recs in have.items()}}
-        tokens = {**{label: n[0] for label, n in counted.items() if n},
-                  **{label: recs[0]["prompt_tokens"] * (-1 if recs[0].get("prompt_estimated") else 1)
-                     for label, recs in have.items() if recs[0].get("prompt_tokens") is not None}}
+        fresh = await asyncio.gather(
+            *(
+                _given(answers, task, ep, counted[ep.label])
+                if answers is not None
+                else generate(
+                    clients[ep.label],
+                    ep,
+                    skill,
+                    task,
+                    samples,
+                    temperature,
+                    max_tokens,
+                    gates[ep.label],
+                    counted[ep.label],
+                )
+                for ep in todo
+            ),
+            return_exceptions=True,
+        )
+        outs = {
+            **{ep.label: out for ep, out in zip(todo, fresh)},
+            **{
+                label: [(r["output"], "length" if r["truncated"] else "stop") for r in recs]
+                for label, recs in have.items()
+            },
+        }
+        tokens = {
+            **{label: n[0] for label, n in counted.items() if n},
+            **{
+                label: recs[0]["prompt_tokens"] * (-1 if recs[0].get("prompt_estimated") else 1)
+                for label, recs in have.items()
+                if recs[0].get("prompt_tokens") is not None
+            },
+        }
         new, failed = await _score_task(scorer, task, endpoints, outs, ident or {}, tokens)
         judge_failures += failed
         by_task[task.id] = new
@@ -107,8 +159,11 @@ async def evaluate(skill: Skill, endpoints: list[Endpoint], tasks: list[Task], j
         await asyncio.gather(*(one(t) for t in todo))
     for c in clients.values():
         await c.close()
-    return {**tabulate([r for recs in by_task.values() for r in recs], endpoints, scorer, judge_failures),
-            "judge_usage": scorer.usage, "judge_cache": scorer.cache_tally}
+    return {
+        **tabulate([r for recs in by_task.values() for r in recs], endpoints, scorer, judge_failures),
+        "judge_usage": scorer.usage,
+        "judge_cache": scorer.cache_tally,
+    }
 
 
 async def _given(answers: dict, task: Task, ep: Endpoint, counted: list) -> list[tuple[str, str]]:
@@ -117,8 +172,9 @@ async def _given(answers: dict, task: Task, ep: Endpoint, counted: list) -> list
     return outs
 
 
-async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict,
-                      tokens: dict | None = None) -> tuple[list[dict], bool]:
+async def _score_task(
+    scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict, tokens: dict | None = None
+) -> tuple[list[dict], bool]:
     """One task's records: every model's outputs judged as one group, or the error of a model that failed.
     `tokens`: label -> the prompt's tokens (negative: estimated), as `generate` gives them."""
     tokens = tokens or {}
@@ -134,19 +190,34 @@ async def _score_task(scorer: Scorer, task: Task, endpoints: list[Endpoint], out
         owners += [(mine, i, finish) for i, (_, finish) in enumerate(out)]
     result = await scorer.score(task, group) if group else None
     for (mine, i, finish), text, s in zip(owners, group, result.scores if result else []):
-        new.append({**mine, "sample": i, "output": text[:MAX_KEPT_OUTPUT], "output_cut": len(text) > MAX_KEPT_OUTPUT,
-                    "truncated": finish == "length",
-                    "format": s.format, "procedure": s.procedure, "correctness": s.correctness,
-                    "reward": s.reward, "checks": dict(s.checks), "check_errors": dict(s.check_errors),
-                    "judge": s.judge, "judged": s.judged, "metrics": s.metrics()})
+        new.append(
+            {
+                **mine,
+                "sample": i,
+                "output": text[:MAX_KEPT_OUTPUT],
+                "output_cut": len(text) > MAX_KEPT_OUTPUT,
+                "truncated": finish == "length",
+                "format": s.format,
+                "procedure": s.procedure,
+                "correctness": s.correctness,
+                "reward": s.reward,
+                "checks": dict(s.checks),
+                "check_errors": dict(s.check_errors),
+                "judge": s.judge,
+                "judged": s.judged,
+                "metrics": s.metrics(),
+            }
+        )
     return new, bool(result and result.judge_failed)
 
 
 def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, judge_failures: int) -> dict:
     records = sorted(records, key=lambda r: (r["task_id"], r["model"], r.get("sample", -1)))
     scored = [r for r in records if "error" not in r]
-    errors = {ep.label: [f"{r['task_id']}: {r['error']}" for r in records if r["model"] == ep.label and "error" in r]
-              for ep in endpoints}
+    errors = {
+        ep.label: [f"{r['task_id']}: {r['error']}" for r in records if r["model"] == ep.label and "error" in r]
+        for ep in endpoints
+    }
     rows = []
     for ep in endpoints:
         mine = [r for r in scored if r["model"] == ep.label]
@@ -162,30 +233,54 @@ def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, jud
         for name in r.get("check_errors", {}):
             check_errors[name] = check_errors.get(name, 0) + 1
     without = next((ep.without for ep in endpoints if not ep.with_skill), None)
-    return {"rows": rows, "uplift": uplift(rows), "saving": saving(rows), "without": without, "records": scored, "errors": errors, "judge_failures": judge_failures,
-            "check_errors": check_errors, "judged_dimensions": scorer.judged_dimensions}
+    return {
+        "rows": rows,
+        "uplift": uplift(rows),
+        "saving": saving(rows),
+        "without": without,
+        "records": scored,
+        "errors": errors,
+        "judge_failures": judge_failures,
+        "check_errors": check_errors,
+        "judged_dimensions": scorer.judged_dimensions,
+    }
 
 
 def write_results(skill: Skill, result: dict, out: Path, judge: Judge | None, split: str) -> None:
     """results.md, results.json and chart.png, each written whole or not at all."""
     mode = f"judge `{judge.model}`" if judge else "offline (`--judge none`): judged columns are empty"
     title = f"{skill.name} on {split} tasks"
-    md = [f"## {title}", "", markdown_table(result["rows"]), "",
-          f"Scored with {mode}; procedure and correctness from the judge compare the models on the same "
-          "tasks (one judge group per task). `overall` is the weighted reward; the interval is a 95 % bootstrap "
-          "over outputs.", ""]
+    md = [
+        f"## {title}",
+        "",
+        markdown_table(result["rows"]),
+        "",
+        f"Scored with {mode}; procedure and correctness from the judge compare the models on the same "
+        "tasks (one judge group per task). `overall` is the weighted reward; the interval is a 95 % bootstrap "
+        "over outputs.",
+        "",
+    ]
     md += [f"- {line}" for line in uplift_lines(result) + saving_lines(result)] + ([""] if result["uplift"] else [])
     if judge:
         md += [f"Judge use in this invocation: {result['judge_usage'].describe(judge.model)}.", ""]
         md += [f"{result['judge_cache'].describe()}.", ""] if result.get("judge_cache") else []
     atomic_write(out / "results.md", "\n".join(md))
     records = [{k: v for k, v in r.items() if k != "metrics"} for r in result["records"]]
-    payload = {"skill": skill.name, "split": split, "judge": judge.public() if judge else None,
-               "judged_dimensions": list(result["judged_dimensions"]), "models": result["rows"],
-               "uplift": result["uplift"], "prompt_saving": result.get("saving", {}), "judge_usage": result["judge_usage"].as_dict() if judge else None,
-               "judge_cache": result["judge_cache"].as_dict() if result.get("judge_cache") else None,
-               "errors": result["errors"], "judge_failures": result["judge_failures"],
-               "check_errors": result["check_errors"], "records": records}
+    payload = {
+        "skill": skill.name,
+        "split": split,
+        "judge": judge.public() if judge else None,
+        "judged_dimensions": list(result["judged_dimensions"]),
+        "models": result["rows"],
+        "uplift": result["uplift"],
+        "prompt_saving": result.get("saving", {}),
+        "judge_usage": result["judge_usage"].as_dict() if judge else None,
+        "judge_cache": result["judge_cache"].as_dict() if result.get("judge_cache") else None,
+        "errors": result["errors"],
+        "judge_failures": result["judge_failures"],
+        "check_errors": result["check_errors"],
+        "records": records,
+    }
     atomic_write(out / "results.json", json.dumps(payload, indent=1))
     bar_chart(result["rows"], out / "chart.png", title)
 
@@ -226,7 +321,10 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
         if len(errs) > 3:
             print(clean(f"{row['model']}: ... {len(errs) - 3} more failures"), file=sys.stderr)
         if row["truncated"]:
-            print(clean(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)"), file=sys.stderr)
+            print(
+                clean(f"{row['model']}: {row['truncated']} output(s) cut by --max-tokens (finish_reason length)"),
+                file=sys.stderr,
+            )
     for line in uplift_lines(result) + saving_lines(result):
         print(clean(line))
     if judge:
@@ -236,8 +334,11 @@ def _report(skill: Skill, result: dict, title: str, judge: Judge | None) -> int:
     if result["judge_failures"]:
         print(f"{result['judge_failures']} task group(s) scored by checks only: the judge failed", file=sys.stderr)
     if result["check_errors"]:
-        print(f"{sum(result['check_errors'].values())} check error(s), scored as failing: "
-              + ", ".join(f"{k} on {v} output(s)" for k, v in result["check_errors"].items()), file=sys.stderr)
+        print(
+            f"{sum(result['check_errors'].values())} check error(s), scored as failing: "
+            + ", ".join(f"{k} on {v} output(s)" for k, v in result["check_errors"].items()),
+            file=sys.stderr,
+        )
     return 1 if any(result["errors"].values()) or result["judge_failures"] or result["check_errors"] else 0
 
 
@@ -251,14 +352,20 @@ def _in_process(skill: Skill, args, picked: tuple[Path, str], tasks: list[Task],
     kept = complete(done, args.samples)
     todo = {ep.label: [t for t in tasks if ep.label not in kept.get(t.id, {})] for ep in endpoints}
     temperature = 0.0 if args.temperature is None else args.temperature
-    print(f"evaluating {checkpoint} ({why}) against its base model in this process: {len(endpoints)} arms x "
-          f"{len(tasks)} tasks, at most {args.max_tokens} tokens at temperature {temperature:g}", file=sys.stderr)
+    print(
+        f"evaluating {checkpoint} ({why}) against its base model in this process: {len(endpoints)} arms x "
+        f"{len(tasks)} tasks, at most {args.max_tokens} tokens at temperature {temperature:g}",
+        file=sys.stderr,
+    )
     policy = evaluation.load(checkpoint, args.base_model)
     answers = {}
     with phase("decoding", sum(map(len, todo.values())), "answers", args.quiet) as advance:
         for ep in endpoints:
-            answers.update(evaluation.decode_all(policy, skill, todo[ep.label], [ep], adapter, args.samples, temperature,
-                                                 args.max_tokens, advance))
+            answers.update(
+                evaluation.decode_all(
+                    policy, skill, todo[ep.label], [ep], adapter, args.samples, temperature, args.max_tokens, advance
+                )
+            )
     return answers
 
 
@@ -281,27 +388,51 @@ def run(setup, skill: Skill) -> int:
     ident = {"skill": skill.name, "tasks": digest(skill.tasks_path), "samples": args.samples}
     done = read_records(log) if args.resume else []
     refuse_foreign(done, ident, log, {ep.label: spec_of(ep) for ep in endpoints})
-    whole = {t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)}
+    whole = {
+        t: labels for t, labels in complete(done, args.samples).items() if all(ep.label in labels for ep in endpoints)
+    }
     if args.resume:
         print(f"resuming: {len(whole)} task(s) already done in {log}", file=sys.stderr)
-    try:  # only tasks every model finished stay on disk; the others are redone, judged as one group again
-        atomic_write(log, "".join(json.dumps(r) + "\n" for labels in whole.values() for recs in labels.values() for r in recs))
+    # only tasks every model finished stay on disk; the others are redone, judged as one group again
+    try:
+        atomic_write(
+            log, "".join(json.dumps(r) + "\n" for labels in whole.values() for recs in labels.values() for r in recs)
+        )
         f = open(log, "a")
     except OSError as e:
         raise Exit(2, f"cannot write --out {out}: {e.strerror or e}") from None
     temperature = 0.0 if args.temperature is None else args.temperature
-    with f, interrupted_as(f"interrupted: every finished task is in {log}; the same command with --resume does the rest"):
+    with (
+        f,
+        interrupted_as(f"interrupted: every finished task is in {log}; the same command with --resume does the rest"),
+    ):
         answers = _in_process(skill, args, picked, tasks, done) if picked else None
         sink = Sink(f, f"--out {log}")
-        result = asyncio.run(evaluate(skill, endpoints, tasks, judge, samples=args.samples, temperature=temperature,
-                                      max_tokens=args.max_tokens, concurrency=args.concurrency, done=done,
-                                      sink=lambda recs: sink.write("".join(json.dumps(r) + "\n" for r in recs)),
-                                      timeout=args.request_timeout, ident=ident, quiet=args.quiet, answers=answers))
+        result = asyncio.run(
+            evaluate(
+                skill,
+                endpoints,
+                tasks,
+                judge,
+                samples=args.samples,
+                temperature=temperature,
+                max_tokens=args.max_tokens,
+                concurrency=args.concurrency,
+                done=done,
+                sink=lambda recs: sink.write("".join(json.dumps(r) + "\n" for r in recs)),
+                timeout=args.request_timeout,
+                ident=ident,
+                quiet=args.quiet,
+                answers=answers,
+            )
+        )
     try:
         write_results(skill, result, out, judge, args.split)
     except OSError as e:
         raise Exit(1, f"cannot write --out {out}: {e.strerror or e}; records.jsonl holds every record") from None
     mode = f"judge {judge.model}" if judge else "offline: checks only"
-    code = _report(skill, result, f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})", judge)
+    code = _report(
+        skill, result, f"{skill.name}: {len(tasks)} {args.split} tasks x {args.samples} sample(s) ({mode})", judge
+    )
     print(f"wrote {out}/results.md, results.json, chart.png, records.jsonl")
     return code

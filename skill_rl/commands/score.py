@@ -17,14 +17,14 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from skill_rl.errors import Exit
-from skill_rl.scoring import repeats
+from skill_rl.files import atomic_write, read_objects, read_records
 from skill_rl.progress import bar
 from skill_rl.records import Sink, digest, prepare_file, refuse_foreign, skill_files
+from skill_rl.scoring import repeats
 from skill_rl.scoring.reward import Judge, Scorer
-from skill_rl.training.runlock import interrupted_as
 from skill_rl.skills import Skill, Task
-from skill_rl.files import atomic_write, read_objects, read_records
 from skill_rl.text import display, problem, show
+from skill_rl.training.runlock import interrupted_as
 
 
 class Item(BaseModel):
@@ -59,7 +59,9 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
         if item.task_id is not None:
             task = skill.task(item.task_id)
             if task is None:
-                errors.append(problem(path, n, f"field 'task_id' {show(item.task_id)} is not in {display(skill.tasks_path)}"))
+                errors.append(
+                    problem(path, n, f"field 'task_id' {show(item.task_id)} is not in {display(skill.tasks_path)}")
+                )
                 continue
         else:
             task = Task(id=f"line-{n}", input=item.input, line=n)
@@ -69,11 +71,20 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
 
 def record(line: int, index: int, task_id: str | None, score, ident: dict) -> dict:
     return {
-        **ident, "line": line, "index": index, "task_id": task_id,
-        "format": score.format, "procedure": score.procedure, "correctness": score.correctness,
-        "reward": round(score.reward, 6), "repeated": round(score.repeated, 6), "cut": round(score.cut, 6),
-        "checks": dict(score.checks), "check_errors": dict(score.check_errors),
-        "judge": score.judge, "judged": score.judged,
+        **ident,
+        "line": line,
+        "index": index,
+        "task_id": task_id,
+        "format": score.format,
+        "procedure": score.procedure,
+        "correctness": score.correctness,
+        "reward": round(score.reward, 6),
+        "repeated": round(score.repeated, 6),
+        "cut": round(score.cut, 6),
+        "checks": dict(score.checks),
+        "check_errors": dict(score.check_errors),
+        "judge": score.judge,
+        "judged": score.judged,
     }
 
 
@@ -90,22 +101,42 @@ def finished(out_path: Path, items) -> set[int]:
     return done
 
 
-async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, concurrency: int = 8,
-                     skip: set[int] = frozenset(), quiet: bool = False) -> dict:
+async def score_file(
+    skill: Skill,
+    path: Path,
+    judge: Judge | None,
+    out: Sink,
+    concurrency: int = 8,
+    skip: set[int] = frozenset(),
+    quiet: bool = False,
+) -> dict:
     """Score every line of `path` not in `skip`, writing each group's records to `out` as soon as it is scored."""
     errors: list[str] = []
     every = read_items(path, skill, errors)
     items = [item for item in every if item[0] not in skip]
-    ident = {"skill": skill.name, "source": digest(path)}  # what --resume checks the records against
+    # what --resume checks the records against
+    ident = {"skill": skill.name, "source": digest(path)}
     scorer = Scorer(skill, judge)
     gate = asyncio.Semaphore(concurrency)
-    summary = {"lines": len(items) + len(errors), "bad_lines": len(errors), "outputs": 0, "judge_failures": 0,
-               "judge_skipped": 0, "judge_duplicates": 0, "usage": scorer.usage,
-               "records": [], "errors": errors, "judged_dimensions": scorer.judged_dimensions}
+    summary = {
+        "lines": len(items) + len(errors),
+        "bad_lines": len(errors),
+        "outputs": 0,
+        "judge_failures": 0,
+        "judge_skipped": 0,
+        "judge_duplicates": 0,
+        "usage": scorer.usage,
+        "records": [],
+        "errors": errors,
+        "judged_dimensions": scorer.judged_dimensions,
+    }
 
     # the file is one step: what repeats across different tasks, their own words masked, is paid for nowhere (repeats.py)
-    flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]  # resumed too
-    repeated = {(line, i): r for (line, i, _, _), r in zip(flat, repeats.shares([(t, o) for _, _, t, o in flat], skill))}
+    # resumed too
+    flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]
+    repeated = {
+        (line, i): r for (line, i, _, _), r in zip(flat, repeats.shares([(t, o) for _, _, t, o in flat], skill))
+    }
 
     async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
         async with gate:
@@ -117,7 +148,8 @@ async def score_file(skill: Skill, path: Path, judge: Judge | None, out: Sink, c
         if result.judge_error:
             errors.append(f"{path}:{line}: judge failed, scored by checks only: {result.judge_error}")
         recs = [record(line, i, task_id, s, ident) for i, s in enumerate(result.scores)]
-        out.write("".join(json.dumps(r) + "\n" for r in recs))  # one write per group: no group is half on disk
+        # one write per group: no group is half on disk
+        out.write("".join(json.dumps(r) + "\n" for r in recs))
         summary["records"] += recs
         summary["outputs"] += len(outputs)
         advance()
@@ -138,7 +170,8 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     from skill_rl.console import clean, literal
 
     for e in summary["errors"]:
-        print(clean(e), file=sys.stderr)  # one line each, never wrapped
+        # one line each, never wrapped
+        print(clean(e), file=sys.stderr)
     console = Console(stderr=True)
     recs = summary["records"]
     mode = f"judge {judge.model}" if judge else "offline: checks only, judged dimensions are None (--judge none)"
@@ -153,17 +186,23 @@ def print_summary(skill: Skill, summary: dict, judge: Judge | None) -> None:
     table.add_row("mean", mean("format"), mean("procedure"), mean("correctness"), mean("reward"))
     console.print(table)
     if judge:
-        print(summary["usage"].describe(judge.model), file=sys.stderr)  # one line, never wrapped
+        # one line, never wrapped
+        print(summary["usage"].describe(judge.model), file=sys.stderr)
     if summary.get("judge_cache"):
         print(summary["judge_cache"], file=sys.stderr)
     if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"]:
-        console.print(f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
-                      f"{summary['check_errors']} check error(s)")
+        console.print(
+            f"{summary['bad_lines']} bad line(s), {summary['judge_failures']} judge failure(s), "
+            f"{summary['check_errors']} check error(s)"
+        )
     if summary.get("cannot_tell"):
-        print(summary["cannot_tell"], file=sys.stderr)  # one line, never wrapped
+        # one line, never wrapped
+        print(summary["cannot_tell"], file=sys.stderr)
     if summary["judge_skipped"] or summary["judge_duplicates"]:
-        console.print(f"not sent to the judge: {summary['judge_skipped']} group(s) of identical outputs, "
-                      f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement")
+        console.print(
+            f"not sent to the judge: {summary['judge_skipped']} group(s) of identical outputs, "
+            f"{summary['judge_duplicates']} duplicate output(s) that shared a judgement"
+        )
 
 
 def cannot_tell(skill: Skill, tasks: list[Task]) -> str | None:
@@ -177,9 +216,11 @@ def cannot_tell(skill: Skill, tasks: list[Task]) -> str | None:
     cover = checks_cover(skill, tasks)["correctness"]
     if cover >= MIN_CORRECTNESS_COVER:
         return None
-    return (f"note: the reward cannot tell whether these answers are right: with no judge, the checks cover "
-            f"{cover:.0%} of correctness on these {len(tasks)} task(s) (no `expect`, or nothing checks it), so the "
-            "rewards above say mostly whether the form is kept; score with a judge, or add `expect` to the tasks")
+    return (
+        f"note: the reward cannot tell whether these answers are right: with no judge, the checks cover "
+        f"{cover:.0%} of correctness on these {len(tasks)} task(s) (no `expect`, or nothing checks it), so the "
+        "rewards above say mostly whether the form is kept; score with a judge, or add `expect` to the tasks"
+    )
 
 
 def run(setup, skill: Skill) -> int:
@@ -188,10 +229,13 @@ def run(setup, skill: Skill) -> int:
     return score_outputs(skill, s.score, setup.judge, s.out, resume=s.resume, quiet=s.quiet)
 
 
-def score_outputs(skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False,
-                  quiet: bool = False) -> int:
+def score_outputs(
+    skill: Skill, path: Path, judge: Judge | None, out_path: Path | None, resume: bool = False, quiet: bool = False
+) -> int:
     if not path.is_file():
-        raise Exit(2, f"--score {path}: {'is a folder' if path.is_dir() else 'no such file'}; pass a JSONL file of outputs")
+        raise Exit(
+            2, f"--score {path}: {'is a folder' if path.is_dir() else 'no such file'}; pass a JSONL file of outputs"
+        )
     if resume and out_path is None:
         raise Exit(2, "--resume needs --out FILE (the records written so far)")
     if out_path is not None:
@@ -201,21 +245,27 @@ def score_outputs(skill: Skill, path: Path, judge: Judge | None, out_path: Path 
         refuse_foreign(read_records(out_path), {"skill": skill.name, "source": digest(path)}, out_path)
         try:
             skip = finished(out_path, read_items(path, skill, []))
-        except OSError as e:  # a full disk: the file is as it was
+        # a full disk: the file is as it was
+        except OSError as e:
             raise Exit(1, f"cannot rewrite --out {out_path} to resume: {e.strerror or e}; it is unchanged") from None
         print(f"resuming: {len(skip)} line(s) of {path} already scored in {out_path}", file=sys.stderr)
     stdout = sys.stdout
     out = open(out_path, "a" if resume else "w") if out_path else stdout
-    sys.stdout = sys.stderr  # while scoring, a stray print (a check's, a library's) never lands in the JSONL
+    # while scoring, a stray print (a check's, a library's) never lands in the JSONL
+    sys.stdout = sys.stderr
     where = f"--out {out_path}; the same command with --resume does the rest" if out_path else "the lines printed"
     try:
         with interrupted_as(f"interrupted: every group scored so far is in {where}"):
-            summary = asyncio.run(score_file(skill, path, judge, Sink(out, f"--out {out_path}" if out_path else "stdout"),
-                                             skip=skip, quiet=quiet))
+            summary = asyncio.run(
+                score_file(
+                    skill, path, judge, Sink(out, f"--out {out_path}" if out_path else "stdout"), skip=skip, quiet=quiet
+                )
+            )
     finally:
         sys.stdout = stdout
         if out_path:
-            with contextlib.suppress(OSError):  # what could not be written was reported already
+            # what could not be written was reported already
+            with contextlib.suppress(OSError):
                 out.close()
     print_summary(skill, summary, judge)
     return 1 if summary["bad_lines"] or summary["judge_failures"] or summary["check_errors"] else 0

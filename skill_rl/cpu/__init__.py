@@ -36,15 +36,64 @@ file or a folder in Hugging Face format. Serve a checkpoint for `--eval` with
 
 from skill_rl.cpu.backend import CPUBackend, checkpoint_of, serve_checkpoint
 from skill_rl.cpu.policy import Policy, Sample
-from skill_rl.cpu.presets import (BATCH_WINDOW_S, DEFAULTS, GEN_BATCH, LORA, SFT_EXAMPLE_SECONDS, STEP_SECONDS,
-                                  VAL_TASK_SECONDS, rehearsal, serve_hint)
+from skill_rl.cpu.presets import (
+    BATCH_WINDOW_S,
+    DEFAULTS,
+    GEN_BATCH,
+    LORA,
+    SFT_EXAMPLE_SECONDS,
+    STEP_SECONDS,
+    VAL_TASK_SECONDS,
+    rehearsal,
+    serve_hint,
+)
 from skill_rl.cpu.server import BadRequest, Server
-from skill_rl.cpu.weights import (TINY_FILE, TINY_INSTALL, TINY_MODEL, TINY_PACKAGE, available, checkpoint_problem,
-                                  config_problem, gguf_problem, load_base, locate, quiet_threads, release_memory,
-                                  threads, tiny_weights)
+from skill_rl.cpu.weights import (
+    TINY_FILE,
+    TINY_INSTALL,
+    TINY_MODEL,
+    TINY_PACKAGE,
+    available,
+    checkpoint_problem,
+    config_problem,
+    gguf_problem,
+    load_base,
+    locate,
+    quiet_threads,
+    release_memory,
+    threads,
+    tiny_weights,
+)
 
-__all__ = ["BATCH_WINDOW_S", "BadRequest", "CPUBackend", "DEFAULTS", "GEN_BATCH", "LORA", "Policy", "SFT_EXAMPLE_SECONDS",
-           "STEP_SECONDS", "Sample", "Server", "TINY_FILE", "TINY_INSTALL", "TINY_MODEL", "TINY_PACKAGE",
-           "VAL_TASK_SECONDS", "available", "checkpoint_of", "checkpoint_problem", "config_problem", "gguf_problem",
-           "load_base", "locate", "quiet_threads", "rehearsal", "release_memory", "serve_checkpoint", "serve_hint",
-           "threads", "tiny_weights"]
+__all__ = [
+    "BATCH_WINDOW_S",
+    "BadRequest",
+    "CPUBackend",
+    "DEFAULTS",
+    "GEN_BATCH",
+    "LORA",
+    "Policy",
+    "SFT_EXAMPLE_SECONDS",
+    "STEP_SECONDS",
+    "Sample",
+    "Server",
+    "TINY_FILE",
+    "TINY_INSTALL",
+    "TINY_MODEL",
+    "TINY_PACKAGE",
+    "VAL_TASK_SECONDS",
+    "available",
+    "checkpoint_of",
+    "checkpoint_problem",
+    "config_problem",
+    "gguf_problem",
+    "load_base",
+    "locate",
+    "quiet_threads",
+    "rehearsal",
+    "release_memory",
+    "serve_checkpoint",
+    "serve_hint",
+    "threads",
+    "tiny_weights",
+]

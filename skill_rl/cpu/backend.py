@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from skill_rl.errors import Exit
-from skill_rl.cpu.weights import TINY_MODEL
 from skill_rl.cpu.policy import Policy
 from skill_rl.cpu.server import Server
+from skill_rl.cpu.weights import TINY_MODEL
+from skill_rl.errors import Exit
 from skill_rl.progress import phase
 
 
@@ -38,14 +38,16 @@ class CPUBackend:
     """ART's backend interface, as the training loop and `TrainableModel` call it, for one model."""
 
     def __init__(self, seed: int = 0, quiet: bool = False) -> None:
-        self.seed, self.quiet = seed, quiet  # quiet: no progress (progress.phase) for the warm start's and RL's passes
+        # quiet: no progress (progress.phase) for the warm start's and RL's passes
+        self.seed, self.quiet = seed, quiet
         # Loading, training and saving run on one thread: each thread that allocates gets its own malloc
         # arena, and arenas holding a long prompt's activations each keep their memory.
         self.worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="skill-rl-cpu")
         self.policy: Policy | None = None
         self.server: Server | None = None
         self.model_name: str | None = None
-        self._anchor_weights: tuple[Path | None, dict | None] = (None, None)  # the KL reference's folder, its adapter
+        # the KL reference's folder, its adapter
+        self._anchor_weights: tuple[Path | None, dict | None] = (None, None)
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
@@ -74,7 +76,8 @@ class CPUBackend:
         return self.server.url, self.server.api_key
 
     def _model_inference_name(self, model, step: int | None = None) -> str:
-        return model.name  # the latest step is the one served; `base` serves the model without the adapter
+        # the latest step is the one served; `base` serves the model without the adapter
+        return model.name
 
     async def _get_step(self, model) -> int:
         from art.utils.get_model_step import get_step_from_dir
@@ -90,8 +93,17 @@ class CPUBackend:
     async def exact_adapter_lease(self, model, step: int):
         yield
 
-    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5, kl_penalty_coef: float = 0.0,
-                    kl_penalty_reference_step: int | None = None, kl_ref_adapter_path: str | None = None, **kwargs):
+    async def train(
+        self,
+        model,
+        trajectory_groups,
+        *,
+        learning_rate: float = 1e-5,
+        kl_penalty_coef: float = 0.0,
+        kl_penalty_reference_step: int | None = None,
+        kl_ref_adapter_path: str | None = None,
+        **kwargs,
+    ):
         """One RL step. The KL anchor takes LocalBackend's arguments: `kl_penalty_coef` > 0 adjusts each token's
         advantage by its KL to the reference, the checkpoint of `kl_penalty_reference_step` or the adapter at
         `kl_ref_adapter_path` (neither, or step 0: the base model without LoRA). A reference given with the
@@ -102,7 +114,9 @@ class CPUBackend:
         step = await self._get_step(model) + 1
         anchor = None
         if kl_penalty_coef > 0 or kl_penalty_reference_step is not None or kl_ref_adapter_path is not None:
-            anchor = Anchor(kl_penalty_coef, await self._run(self._reference, model, kl_penalty_reference_step, kl_ref_adapter_path))
+            anchor = Anchor(
+                kl_penalty_coef, await self._run(self._reference, model, kl_penalty_reference_step, kl_ref_adapter_path)
+            )
         metrics = await self._run(self._train_step, groups, learning_rate, anchor)
         await self._run(self.policy.save, self._checkpoint(model, step))
         return TrainResult(step=step, metrics=metrics)
@@ -128,29 +142,47 @@ class CPUBackend:
         from art.preprocessing.tokenize import tokenize_trajectory_groups
 
         started = time.perf_counter()
-        results = list(tokenize_trajectory_groups(self.policy.tokenizer, groups, allow_training_without_logprobs=False,
-                                                  scale_rewards=True))
+        results = list(
+            tokenize_trajectory_groups(
+                self.policy.tokenizer, groups, allow_training_without_logprobs=False, scale_rewards=True
+            )
+        )
         by_prompt: dict[int, list] = {}
-        for r in results:  # zero-advantage trajectories are already dropped
+        # zero-advantage trajectories are already dropped
+        for r in results:
             by_prompt.setdefault(r.prompt_id, []).append(r)
         parts = []
-        for same in by_prompt.values():  # a group's shared prompt becomes one prefix, its answers the rows
+        # a group's shared prompt becomes one prefix, its answers the rows
+        for same in by_prompt.values():
             suffixes = [r.without_prompt() for r in same]
             packed = packed_tensors_from_tokenized_results(
-                suffixes, seq_len=max(len(r.token_ids) for r in suffixes), verbosity=0, pack_results=False,
-                pad_token_id=self.policy.tokenizer.pad_token_id)
-            parts.append((same[0].token_ids[:same[0].prompt_length], packed))
+                suffixes,
+                seq_len=max(len(r.token_ids) for r in suffixes),
+                verbosity=0,
+                pack_results=False,
+                pad_token_id=self.policy.tokenizer.pad_token_id,
+            )
+            parts.append((same[0].token_ids[: same[0].prompt_length], packed))
         tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
-        if not tokens:  # every group scored alike: no advantage, no gradient; the step still counts
+        # every group scored alike: no advantage, no gradient; the step still counts
+        if not tokens:
             return {"loss/train": 0.0, "cpu/trained_trajectories": 0.0, "cpu/train_s": time.perf_counter() - started}
-        kl = [0.0]  # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
+        # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
+        kl = [0.0]
         with phase("training", len(parts), "groups", self.quiet) as advance:
-            metrics = self.policy.step(learning_rate, self._counted((self._loss(prefix, packed, tokens, anchor, kl)
-                                                                     for prefix, packed in parts), advance))
-        if anchor is not None:  # ART's name (unsloth/train.py), a mean over the step's trained tokens
+            metrics = self.policy.step(
+                learning_rate,
+                self._counted((self._loss(prefix, packed, tokens, anchor, kl) for prefix, packed in parts), advance),
+            )
+        # ART's name (unsloth/train.py), a mean over the step's trained tokens
+        if anchor is not None:
             metrics["loss/kl_policy_ref"] = kl[0] / tokens
-        return {**metrics, "cpu/trained_trajectories": float(len(results)), "cpu/trained_tokens": float(tokens),
-                "cpu/train_s": time.perf_counter() - started}
+        return {
+            **metrics,
+            "cpu/trained_trajectories": float(len(results)),
+            "cpu/trained_tokens": float(tokens),
+            "cpu/train_s": time.perf_counter() - started,
+        }
 
     @staticmethod
     def _counted(losses, advance):
@@ -201,18 +233,29 @@ class CPUBackend:
         parts = get_instruction_response_parts(model.base_model, tok)
         batches = []
         for i in range(0, len(examples), size):
-            rate = config.learning_rate[len(batches)] if isinstance(config.learning_rate, list) else config.learning_rate
-            batch = tokenize_sft_batch(examples[i:i + size], rate, tok, *parts, max_seq_length=self.policy.max_positions,
-                                       assistant_turns=config.assistant_turns)
+            rate = (
+                config.learning_rate[len(batches)] if isinstance(config.learning_rate, list) else config.learning_rate
+            )
+            batch = tokenize_sft_batch(
+                examples[i : i + size],
+                rate,
+                tok,
+                *parts,
+                max_seq_length=self.policy.max_positions,
+                assistant_turns=config.assistant_turns,
+            )
             if batch.num_trainable_tokens:
                 batches.append(batch)
         with phase("warm start", len(batches), "batches", self.quiet) as advance:
             for batch in batches:
                 metrics = await self._run(self.policy.step, batch.learning_rate, self._sft_losses(batch), "sft")
                 advance()
-                yield {**metrics, "data/step_num_trajectories": float(len(examples)),
-                       "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
-                       "data/step_num_gradient_steps": float(len(batches))}
+                yield {
+                    **metrics,
+                    "data/step_num_trajectories": float(len(examples)),
+                    "data/step_trainable_assistant_tokens": float(sum(b.num_trainable_tokens for b in batches)),
+                    "data/step_num_gradient_steps": float(len(batches)),
+                }
         if batches:
             await self._run(self.policy.save, self._checkpoint(model, await self._get_step(model) + 1))
 
@@ -225,15 +268,21 @@ class CPUBackend:
 
         rows = [(t["input_ids"][0], t["labels"][0]) for t in batch.trajectory_tensors]
         shared = min(len(ids) for ids, _ in rows) - 1
-        for ids, labels in rows:  # the prefix ends before the first trained token's predecessor
+        # the prefix ends before the first trained token's predecessor
+        for ids, labels in rows:
             differ, first = (ids[:shared] != rows[0][0][:shared]).nonzero(), (labels != -100).nonzero()
             shared = min(shared, int(differ[0]) if len(differ) else shared, int(first[0]) - 1 if len(first) else shared)
         prefix = self.policy.prefix_cache(rows[0][0][:shared].unsqueeze(0), 1)
         total = 0.0
         for ids, labels in rows:
             rest, trained = ids[shared:].unsqueeze(0), _next((labels[shared:] != -100).unsqueeze(0))
-            lp = self.policy.token_logprobs(rest, torch.ones(1, len(ids), dtype=torch.long),
-                                            torch.arange(shared, len(ids)).unsqueeze(0), trained, self.policy.fork(prefix))
+            lp = self.policy.token_logprobs(
+                rest,
+                torch.ones(1, len(ids), dtype=torch.long),
+                torch.arange(shared, len(ids)).unsqueeze(0),
+                trained,
+                self.policy.fork(prefix),
+            )
             total = total - (lp * trained).sum()
         yield total / batch.num_trainable_tokens
 
@@ -254,8 +303,13 @@ def checkpoint_of(path: Path) -> Path:
     return steps[-1]
 
 
-def serve_checkpoint(checkpoint: Path | None, base_model: str = TINY_MODEL, name: str = "trained", port: int = 0,
-                     api_key: str | None = None) -> Server:
+def serve_checkpoint(
+    checkpoint: Path | None,
+    base_model: str = TINY_MODEL,
+    name: str = "trained",
+    port: int = 0,
+    api_key: str | None = None,
+) -> Server:
     """A server of `base` (no adapter) and, given a checkpoint, `name` (its adapter), on 127.0.0.1:port, answering
     requests that carry `api_key` (a random one when not given: `Server.api_key`)."""
     policy = Policy(base_model)

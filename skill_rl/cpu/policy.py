@@ -1,5 +1,4 @@
-"""The policy: a base model with LoRA adapters, sampled with logprobs and trained, under one lock.
-"""
+"""The policy: a base model with LoRA adapters, sampled with logprobs and trained, under one lock."""
 
 from __future__ import annotations
 
@@ -12,10 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from skill_rl.errors import Exit
-from skill_rl.text import brief
 from skill_rl.cpu.presets import LORA
 from skill_rl.cpu.weights import checkpoint_problem, load_base, locate, precision, release_memory, threads
+from skill_rl.errors import Exit
+from skill_rl.text import brief
 
 
 @dataclass
@@ -23,7 +22,8 @@ class Sample:
     prompt_ids: list[int]
     token_ids: list[int]
     logprobs: list[float]
-    finished: bool  # ended with an end-of-turn token, not at max_tokens
+    # ended with an end-of-turn token, not at max_tokens
+    finished: bool
 
 
 def _rows_stopped(abandoned):
@@ -41,7 +41,8 @@ def _rows_stopped(abandoned):
     return StoppingCriteriaList([Abandoned()])
 
 
-SHARED_MIN = 32  # tokens that prompts decoded together must share before their common start is computed once
+# tokens that prompts decoded together must share before their common start is computed once
+SHARED_MIN = 32
 
 
 class Policy:
@@ -52,26 +53,33 @@ class Policy:
         from peft import LoraConfig, get_peft_model
 
         torch.set_num_threads(threads())
-        for old_name in ("`past_key_values` is deprecated", "`is_gradient_checkpointing` is deprecated"):  # transformers 5.x
+        # transformers 5.x
+        for old_name in ("`past_key_values` is deprecated", "`is_gradient_checkpointing` is deprecated"):
             warnings.filterwarnings("ignore", message=old_name, category=FutureWarning)
-        warnings.filterwarnings("ignore", message="Could not find a config file in", category=UserWarning)  # PEFT, on a GGUF folder
+        # PEFT, on a GGUF folder
+        warnings.filterwarnings("ignore", message="Could not find a config file in", category=UserWarning)
         started = time.perf_counter()
         self.tokenizer, base = load_base(*locate(base_model))
         self.load_seconds = time.perf_counter() - started
         torch.manual_seed(seed)
         self.dtype = precision()
         model = copy.deepcopy(base).to(getattr(torch, self.dtype))
-        if self.dtype != "float32":  # logprobs from float32 logits: bf16's 8-bit mantissa would put ~0.05 nats of
-            head = model.get_output_embeddings()  # rounding into every token's sampling/training ratio
-            head.weight = torch.nn.Parameter(head.weight.detach().float(), requires_grad=False)  # (unties it)
+        # logprobs from float32 logits: bf16's 8-bit mantissa would put ~0.05 nats of
+        if self.dtype != "float32":
+            # rounding into every token's sampling/training ratio
+            head = model.get_output_embeddings()
+            # (unties it)
+            head.weight = torch.nn.Parameter(head.weight.detach().float(), requires_grad=False)
             head.register_forward_pre_hook(lambda module, inputs: (inputs[0].float(),))
         self.model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **LORA))
         for p in self.model.parameters():
-            if p.requires_grad:  # the adapter trains in float32 whatever the base's dtype (see precision)
+            # the adapter trains in float32 whatever the base's dtype (see precision)
+            if p.requires_grad:
                 p.data = p.data.float()
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
         self.lock = threading.Lock()
-        self.phase = "rl"  # what the optimizer's moments were last updated for: "sft" or "rl" (see step)
+        # what the optimizer's moments were last updated for: "sft" or "rl" (see step)
+        self.phase = "rl"
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
         self.stop_ids = {i for i in (self.tokenizer.eos_token_id, end) if i is not None}
         self.max_positions = getattr(base.config, "max_position_embeddings", None) or 2048
@@ -80,8 +88,9 @@ class Policy:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         return list(ids)
 
-    def generate_many(self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int,
-                      adapter: bool, abandoned=None) -> list[Sample]:
+    def generate_many(
+        self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int, adapter: bool, abandoned=None
+    ) -> list[Sample]:
         """Completions of several prompts ((prompt, how many) each), decoded together as one batch.
 
         Each prompt's prefix is computed once and repeated for its rows; the prefixes are left-padded to one
@@ -91,19 +100,34 @@ class Policy:
         it marks (a served request whose client hung up); what those rows hold is not to be used."""
         import torch
 
-        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+            if temperature > 0
+            else {"do_sample": False}
+        )
         width = max(len(p) for p, _ in prompts)
         rows = [p for p, n in prompts for _ in range(n)]
         ids = torch.tensor([[self.tokenizer.pad_token_id] * (width - len(p)) + p for p in rows])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
         with self.lock, torch.no_grad(), self._adapter(adapter):
             self.model.eval()
-            cache = self._batch_cache([(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], width + max_tokens)
-            out = self.model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=max_tokens,
-                                      eos_token_id=sorted(self.stop_ids), pad_token_id=self.tokenizer.pad_token_id,
-                                      output_logits=True, return_dict_in_generate=True,
-                                      stopping_criteria=_rows_stopped(abandoned), **sampling)
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # [rows, new tokens, vocab]
+            cache = self._batch_cache(
+                [(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], width + max_tokens
+            )
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                past_key_values=cache,
+                max_new_tokens=max_tokens,
+                eos_token_id=sorted(self.stop_ids),
+                pad_token_id=self.tokenizer.pad_token_id,
+                output_logits=True,
+                return_dict_in_generate=True,
+                stopping_criteria=_rows_stopped(abandoned),
+                **sampling,
+            )
+        # [rows, new tokens, vocab]
+        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)
         samples = []
         for i, prompt in enumerate(rows):
             new = out.sequences[i, width:].tolist()
@@ -124,9 +148,15 @@ class Policy:
         shared = self._shared_prefix([prefix for prefix, _, _ in parts])
         caches = [(self._prefix_after(shared, prefix), n, pad) for prefix, n, pad in parts]
         static = StaticCache(config=self.model.config, max_cache_len=size)
-        for i in range(len(caches[0][0].layers)):  # no layers: every prompt is one token, nothing to prefill
-            padded = [[torch.nn.functional.pad(t, (0, 0, pad, 0)).expand(n, -1, -1, -1)
-                       for t in (cache.layers[i].keys, cache.layers[i].values)] for cache, n, pad in caches]
+        # no layers: every prompt is one token, nothing to prefill
+        for i in range(len(caches[0][0].layers)):
+            padded = [
+                [
+                    torch.nn.functional.pad(t, (0, 0, pad, 0)).expand(n, -1, -1, -1)
+                    for t in (cache.layers[i].keys, cache.layers[i].values)
+                ]
+                for cache, n, pad in caches
+            ]
             static.update(torch.cat([k for k, _ in padded]), torch.cat([v for _, v in padded]), i)
         return static
 
@@ -208,8 +238,14 @@ class Policy:
         import torch.nn.functional as F
 
         cols = needed.any(0).nonzero().flatten()
-        out = self.model(input_ids=tokens, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=cache, use_cache=cache is not None, logits_to_keep=cols)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            logits_to_keep=cols,
+        )
         targets = tokens[:, 1:].gather(1, cols.clamp(max=tokens.shape[1] - 2).expand(tokens.shape[0], -1))
         picked = -F.cross_entropy(out.logits.float().transpose(1, 2), targets, reduction="none")
         return torch.zeros(tokens.shape, dtype=picked.dtype).index_copy(1, cols, picked)
@@ -262,15 +298,20 @@ class Policy:
         problem = checkpoint_problem(folder)
         if problem:
             raise Exit(2, f"{folder}: cannot load this checkpoint: {problem}")
-        try:  # weights_only: a pickle that names anything but tensors and plain values is refused, never run
+        # weights_only: a pickle that names anything but tensors and plain values is refused, never run
+        try:
             weights = load_file(str(folder / "adapter_model.safetensors"))
-            optimizer = torch.load(folder / "optimizer.pt", weights_only=True) if (folder / "optimizer.pt").exists() else None
+            optimizer = (
+                torch.load(folder / "optimizer.pt", weights_only=True) if (folder / "optimizer.pt").exists() else None
+            )
             with self.lock:
                 result = set_peft_model_state_dict(self.model, weights)
                 if optimizer is not None:
-                    self.phase = optimizer.pop("phase", "rl")  # checkpoints before it was saved: RL's
+                    # checkpoints before it was saved: RL's
+                    self.phase = optimizer.pop("phase", "rl")
                     self.optimizer.load_state_dict(optimizer)
-        except Exception as e:  # a tampered file: whatever torch, safetensors or PEFT raise is one line
+        # a tampered file: whatever torch, safetensors or PEFT raise is one line
+        except Exception as e:
             raise Exit(2, f"{folder}: cannot load this checkpoint: {brief(e)}")
         missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
         if missing:

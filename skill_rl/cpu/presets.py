@@ -11,7 +11,6 @@ from skill_rl.cpu.weights import TINY_MODEL, busy_cores, locate, quiet_threads, 
 from skill_rl.prompts import Fade
 from skill_rl.settings.defaults import CPU_DEFAULTS
 
-
 # Short runs that finish on two CPU cores; every one can be overridden by its flag. The tiny base model
 # never writes a Conventional Commits header (0 of 192 samples), so RL alone has nothing to rank: a
 # warm start on the train tasks' references comes first, at a rate that teaches the format in one epoch
@@ -23,10 +22,12 @@ DEFAULTS = CPU_DEFAULTS
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
-GEN_BATCH = 16  # completions generated together
+# completions generated together
+GEN_BATCH = 16
 
 
-BATCH_WINDOW_S = 0.2  # how long the server waits for more requests before generating
+# how long the server waits for more requests before generating
+BATCH_WINDOW_S = 0.2
 
 
 # Measured on git-commit with the README's first command on the quiet 2-core machine (docs/cpu-learning.md,
@@ -43,22 +44,39 @@ WITHOUT_SKILL_STEP_SHARE = 0.68
 def estimated_seconds(args, val_tasks: int, train_tasks: int) -> float:
     """How long a CPU run with these settings takes on the quiet 2-core machine the constants above were measured
     on: startup, the warm start's examples, the RL steps (cheaper without SKILL.md), the validations."""
-    per_step = args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
-    warm = 1 if args.sft else 0  # the warm start's checkpoint is a step
+    per_step = (
+        args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
+    )
+    # the warm start's checkpoint is a step
+    warm = 1 if args.sft else 0
     last = warm + args.steps
-    internal = args.internalize  # validates with and without SKILL.md, the base model too
-    if internal:  # steps cost less as SKILL.md leaves their prompts (prompts.Fade: the expected share carrying it)
+    # validates with and without SKILL.md, the base model too
+    internal = args.internalize
+    # steps cost less as SKILL.md leaves their prompts (prompts.Fade: the expected share carrying it)
+    if internal:
         fade = Fade(args.steps, args.internalize_floor)
         carried = sum(fade.probability(s) for s in range(1, args.steps + 1)) / max(1, args.steps)
         per_step *= carried + (1 - carried) * WITHOUT_SKILL_STEP_SHARE
-    validations = (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
-    val = (min(val_tasks, args.limit or val_tasks) * VAL_TASK_SECONDS * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
-           * (2 if internal else 1))
-    return (STARTUP_SECONDS + args.steps * STEP_SECONDS * per_step + validations * val
-            + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1))
+    validations = (
+        (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
+    )
+    val = (
+        min(val_tasks, args.limit or val_tasks)
+        * VAL_TASK_SECONDS
+        * args.rollouts_per_group
+        / DEFAULTS["rollouts_per_group"]
+        * (2 if internal else 1)
+    )
+    return (
+        STARTUP_SECONDS
+        + args.steps * STEP_SECONDS * per_step
+        + validations * val
+        + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1)
+    )
 
 
-MEASURED_CORES = 2  # the constants above were measured with two torch threads on two idle cores
+# the constants above were measured with two torch threads on two idle cores
+MEASURED_CORES = 2
 
 
 def slowdown(busy: float, threads: int, cores: int) -> float:
@@ -75,8 +93,10 @@ def clock(args, seconds: float, busy: float, threads_: int, cores: int) -> str:
     factor = slowdown(busy, threads_, cores)
     if factor < 1.1:
         return f"about {base} min on {MEASURED_CORES} cores ({threads_} torch thread{'s' * (threads_ != 1)})"
-    return (f"about {max(1, round(seconds * factor / 60))} min here: other work keeps {busy:.1f} of {cores} cores busy, "
-            f"so it runs on {threads_} torch thread{'s' * (threads_ != 1)} ({base} min on {MEASURED_CORES} idle cores)")
+    return (
+        f"about {max(1, round(seconds * factor / 60))} min here: other work keeps {busy:.1f} of {cores} cores busy, "
+        f"so it runs on {threads_} torch thread{'s' * (threads_ != 1)} ({base} min on {MEASURED_CORES} idle cores)"
+    )
 
 
 def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
@@ -89,14 +109,18 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
     busy = busy_cores()
     seconds = estimated_seconds(args, val_tasks, train_tasks)
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
-    first = f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
-    return (f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "
-            f"{args.steps} steps of {args.groups_per_step} tasks x {args.rollouts_per_group} answers of at most "
-            f"{args.max_tokens} tokens: {clock(args, seconds, busy, threads(busy), os.cpu_count() or 1)}. A model this "
-            "small learns "
-            "an output's format, not its content.\n"
-            "the real run: a CUDA GPU (--backend local), W&B Serverless (WANDB_API_KEY) or Tinker (TINKER_API_KEY); "
-            "see README, 'Quick start'")
+    first = (
+        f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
+    )
+    return (
+        f"backend cpu: a rehearsal, not the real run: {first}RL of a small model ({model}) on this CPU, "
+        f"{args.steps} steps of {args.groups_per_step} tasks x {args.rollouts_per_group} answers of at most "
+        f"{args.max_tokens} tokens: {clock(args, seconds, busy, threads(busy), os.cpu_count() or 1)}. A model this "
+        "small learns "
+        "an output's format, not its content.\n"
+        "the real run: a CUDA GPU (--backend local), W&B Serverless (WANDB_API_KEY) or Tinker (TINKER_API_KEY); "
+        "see README, 'Quick start'"
+    )
 
 
 def serve_hint(checkpoint: Path, args, eval_flags: str = "") -> str:
@@ -106,10 +130,12 @@ def serve_hint(checkpoint: Path, args, eval_flags: str = "") -> str:
     extra = "" if args.base_model == TINY_MODEL else f" --base-model {args.base_model}"
     project = "" if args.project == "skill-rl" else f" --project {args.project}"
     step = int(checkpoint.name)
-    return (f"evaluate it against its base model, in this process: python train_skill.py --skill {args.skill} --eval "
-            f"--backend cpu --run-name {args.run_name}{project}{extra} --checkpoint {step} --max-tokens {args.max_tokens}"
-            f"{eval_flags}\n"
-            f"  or serve it, and its base model as `base`: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
-            f"  then, with its key: OPENAI_API_KEY=\"$(cat .art/cpu-server-8000.key)\" ... --eval --judge none "
-            f"--max-tokens {args.max_tokens}{eval_flags} --model base@http://127.0.0.1:8000/v1 "
-            "--model trained@http://127.0.0.1:8000/v1")
+    return (
+        f"evaluate it against its base model, in this process: python train_skill.py --skill {args.skill} --eval "
+        f"--backend cpu --run-name {args.run_name}{project}{extra} --checkpoint {step} --max-tokens {args.max_tokens}"
+        f"{eval_flags}\n"
+        f"  or serve it, and its base model as `base`: python -m skill_rl.cpu --checkpoint {checkpoint}{extra}\n"
+        f'  then, with its key: OPENAI_API_KEY="$(cat .art/cpu-server-8000.key)" ... --eval --judge none '
+        f"--max-tokens {args.max_tokens}{eval_flags} --model base@http://127.0.0.1:8000/v1 "
+        "--model trained@http://127.0.0.1:8000/v1"
+    )

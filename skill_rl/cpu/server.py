@@ -28,12 +28,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from skill_rl.cpu.presets import BATCH_WINDOW_S, GEN_BATCH
 from skill_rl.cpu.policy import Policy, Sample
+from skill_rl.cpu.presets import BATCH_WINDOW_S, GEN_BATCH
 
-MAX_BODY = 4 * 1024 * 1024  # bytes of a request body: a prompt the model's context can take is far less
-DRAINED = 64 * 1024  # a refused request's body up to this size is read and dropped
-READ_TIMEOUT_S = 30.0  # for a request's headers and body, and for each write of the answer
+# bytes of a request body: a prompt the model's context can take is far less
+MAX_BODY = 4 * 1024 * 1024
+# a refused request's body up to this size is read and dropped
+DRAINED = 64 * 1024
+# for a request's headers and body, and for each write of the answer
+READ_TIMEOUT_S = 30.0
 
 
 class ClientGone(ConnectionError):
@@ -46,7 +49,8 @@ class _Job:
     temperature: float
     max_tokens: int
     adapter: bool
-    gone: Callable[[], bool] = lambda: False  # whether the client has hung up
+    # whether the client has hung up
+    gone: Callable[[], bool] = lambda: False
     done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
@@ -69,7 +73,8 @@ def _setting(body: dict, names: tuple[str, ...], default, ok: Callable, rule: st
 
 class _HTTP(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 256  # a training step opens a connection per rollout at once
+    # a training step opens a connection per rollout at once
+    request_queue_size = 256
 
     def handle_error(self, request, client_address) -> None:
         """Silent for a client that hung up or stalled (the handler answers everything else itself)."""
@@ -83,15 +88,23 @@ class Server:
     arrive within `window_s` of each other (or fill a batch of GEN_BATCH sooner) are generated as one
     batch; `batches` counts the decoder's calls."""
 
-    def __init__(self, policy: Policy, names: dict[str, bool], port: int = 0, api_key: str | None = None,
-                 window_s: float = BATCH_WINDOW_S):
+    def __init__(
+        self,
+        policy: Policy,
+        names: dict[str, bool],
+        port: int = 0,
+        api_key: str | None = None,
+        window_s: float = BATCH_WINDOW_S,
+    ):
         self.policy, self.names, self.window_s = policy, names, window_s
         self.api_key = api_key or secrets.token_urlsafe(32)
         self.batches = 0
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.http = _HTTP(("127.0.0.1", port), _handler(self))
-        self.threads = [threading.Thread(target=self.http.serve_forever, daemon=True),
-                        threading.Thread(target=self._generate_forever, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self.http.serve_forever, daemon=True),
+            threading.Thread(target=self._generate_forever, daemon=True),
+        ]
         for t in self.threads:
             t.start()
 
@@ -115,22 +128,38 @@ class Server:
         name, messages = body.get("model"), body.get("messages")
         if not isinstance(name, str) or name not in self.names:
             raise BadRequest(404, f"model {name!r} is not served here; these are: {', '.join(self.names)}")
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages):
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
+        ):
             raise BadRequest(400, "messages must be a non-empty list of {role, content} with string contents")
         n = _setting(body, ("n",), 1, lambda v: type(v) is int and 1 <= v <= 64, "1 to 64")
-        max_tokens = _setting(body, ("max_completion_tokens", "max_tokens"), 256,
-                              lambda v: type(v) is int and v >= 1, "a whole number of at least 1")
-        temperature = _setting(body, ("temperature",), 1.0,
-                               lambda v: type(v) in (int, float) and 0 <= v <= 10, "a number from 0 to 10")
+        max_tokens = _setting(
+            body,
+            ("max_completion_tokens", "max_tokens"),
+            256,
+            lambda v: type(v) is int and v >= 1,
+            "a whole number of at least 1",
+        )
+        temperature = _setting(
+            body, ("temperature",), 1.0, lambda v: type(v) in (int, float) and 0 <= v <= 10, "a number from 0 to 10"
+        )
         try:
             prompt = self.policy.prompt_ids(messages)
         except Exception as e:  # noqa: BLE001  the chat template refused these messages (a role it does not take)
-            raise BadRequest(400, f"the model's chat template cannot render these messages ({type(e).__name__}: "
-                                  f"{str(e)[:200]})") from None
+            raise BadRequest(
+                400, f"the model's chat template cannot render these messages ({type(e).__name__}: {str(e)[:200]})"
+            ) from None
         if len(prompt) + max_tokens > self.policy.max_positions:
-            raise BadRequest(400, f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceed the model's "
-                                  f"context of {self.policy.max_positions} tokens")
+            raise BadRequest(
+                400,
+                f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceed the model's "
+                f"context of {self.policy.max_positions} tokens",
+            )
         jobs = [_Job(prompt, float(temperature), max_tokens, self.names[name], gone) for _ in range(n)]
         for job in jobs:
             self.jobs.put(job)
@@ -138,17 +167,31 @@ class Server:
 
     def _response(self, name: str, prompt: list[int], samples: list[Sample]) -> dict:
         decode = self.policy.tokenizer.decode
-        choices = [{
-            "index": i, "finish_reason": "stop" if s.finished else "length",
-            "message": {"role": "assistant", "content": decode(s.token_ids, skip_special_tokens=True)},
-            "token_ids": s.token_ids,
-            "logprobs": {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                                     for t, lp in zip(s.token_ids, s.logprobs)]},
-        } for i, s in enumerate(samples)]
+        choices = [
+            {
+                "index": i,
+                "finish_reason": "stop" if s.finished else "length",
+                "message": {"role": "assistant", "content": decode(s.token_ids, skip_special_tokens=True)},
+                "token_ids": s.token_ids,
+                "logprobs": {
+                    "content": [
+                        {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                        for t, lp in zip(s.token_ids, s.logprobs)
+                    ]
+                },
+            }
+            for i, s in enumerate(samples)
+        ]
         used = sum(len(s.token_ids) for s in samples)
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": name, "prompt_token_ids": prompt, "choices": choices,
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used}}
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": name,
+            "prompt_token_ids": prompt,
+            "choices": choices,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": used, "total_tokens": len(prompt) + used},
+        }
 
     def _generate_forever(self) -> None:
         while (job := self.jobs.get()) is not None:
@@ -171,22 +214,32 @@ class Server:
             if job.gone():
                 job.done.set_exception(ClientGone())
                 continue
-            same.setdefault((job.temperature, job.max_tokens, job.adapter), {}).setdefault(tuple(job.prompt), []).append(job)
+            same.setdefault((job.temperature, job.max_tokens, job.adapter), {}).setdefault(
+                tuple(job.prompt), []
+            ).append(job)
         for (temperature, max_tokens, adapter), by_prompt in same.items():
             queue_ = [(prompt, job) for prompt, group in by_prompt.items() for job in group]
             for i in range(0, len(queue_), GEN_BATCH):
-                chunk = queue_[i:i + GEN_BATCH]
-                rows = Counter(prompt for prompt, _ in chunk)  # in the chunk's prompt order, as samples come back
+                chunk = queue_[i : i + GEN_BATCH]
+                # in the chunk's prompt order, as samples come back
+                rows = Counter(prompt for prompt, _ in chunk)
                 self.batches += 1
                 try:
-                    samples = self.policy.generate_many([(list(p), n) for p, n in rows.items()], temperature, max_tokens,
-                                                        adapter, abandoned=lambda c=chunk: [j.gone() for _, j in c])
-                except Exception as e:  # handed to the waiting request, which answers 500 with it
+                    samples = self.policy.generate_many(
+                        [(list(p), n) for p, n in rows.items()],
+                        temperature,
+                        max_tokens,
+                        adapter,
+                        abandoned=lambda c=chunk: [j.gone() for _, j in c],
+                    )
+                # handed to the waiting request, which answers 500 with it
+                except Exception as e:
                     for _, j in chunk:
                         j.done.set_exception(e)
                     continue
                 for (_, j), sample in zip(chunk, samples):
-                    if j.gone():  # its rows were stopped early: what they hold is no answer
+                    # its rows were stopped early: what they hold is no answer
+                    if j.gone():
                         j.done.set_exception(ClientGone())
                     else:
                         j.done.set_result(sample)
@@ -200,15 +253,18 @@ def _hung_up(sock: socket.socket) -> bool:
         if not select.select([sock], [], [], 0)[0]:
             return False
         return not sock.recv(1, socket.MSG_PEEK)
-    except (OSError, ValueError):  # reset, or closed on our side
+    # reset, or closed on our side
+    except (OSError, ValueError):
         return True
 
 
 def _handler(server: Server):
     class Handler(BaseHTTPRequestHandler):
-        timeout = READ_TIMEOUT_S  # the socket's: a stalled header, body or reader ends the connection
+        # the socket's: a stalled header, body or reader ends the connection
+        timeout = READ_TIMEOUT_S
 
-        def log_message(self, *args) -> None:  # quiet: the training loop prints what matters
+        # quiet: the training loop prints what matters
+        def log_message(self, *args) -> None:
             pass
 
         def _send(self, status: int, payload: dict) -> None:
@@ -220,11 +276,14 @@ def _handler(server: Server):
                 self.end_headers()
                 self.wfile.write(data)
                 self.wfile.flush()
-            except OSError:  # the client hung up (or stopped reading): nothing to tell it
+            # the client hung up (or stopped reading): nothing to tell it
+            except OSError:
                 self.close_connection = True
 
         def _error(self, status: int, message: str) -> None:
-            kind = "authentication_error" if status == 401 else "invalid_request_error" if status < 500 else "server_error"
+            kind = (
+                "authentication_error" if status == 401 else "invalid_request_error" if status < 500 else "server_error"
+            )
             self._send(status, {"error": {"message": message, "type": kind}})
 
         def _refuse(self, status: int, message: str) -> None:
@@ -243,8 +302,13 @@ def _handler(server: Server):
             if not server.authorized(self.headers.get("Authorization")):
                 return self._refuse(401, "a valid API key is required (Authorization: Bearer KEY)")
             if self.path.rstrip("/") == "/v1/models":
-                return self._send(200, {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "skill-rl"}
-                                                                  for n in server.names]})
+                return self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": n, "object": "model", "owned_by": "skill-rl"} for n in server.names],
+                    },
+                )
             self._error(404, f"no route {self.path[:100]}")
 
         def _body(self) -> bytes | None:
@@ -261,7 +325,8 @@ def _handler(server: Server):
                 return self._error(413, f"the body is {int(length):,} bytes; the limit is {MAX_BODY:,}")
             try:
                 data = self.rfile.read(int(length))
-            except OSError:  # the read timed out, or the client hung up
+            # the read timed out, or the client hung up
+            except OSError:
                 data = b""
             if len(data) < int(length):
                 self.close_connection = True
@@ -278,7 +343,8 @@ def _handler(server: Server):
                 return
             try:
                 body = json.loads(data)
-            except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested past what the parser takes
+            # not JSON, not UTF-8, or nested past what the parser takes
+            except (ValueError, RecursionError) as e:
                 return self._error(400, f"the request body is not JSON: {str(e)[:200]}")
             try:
                 if not isinstance(body, dict):

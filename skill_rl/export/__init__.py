@@ -21,7 +21,6 @@ the next one. --push-to-hub checks its token and the Hub's endpoint before anyth
 
 from __future__ import annotations
 
-import argparse
 import errno
 import glob
 import json
@@ -33,23 +32,30 @@ import warnings
 from pathlib import Path
 
 from skill_rl import cpu, prompts
-from skill_rl.export import gguf_export
 from skill_rl.errors import Exit
+from skill_rl.export import gguf_export
 from skill_rl.text import brief, show
 
 MANIFEST = "export.json"
-EVAL_CHART = "eval.png"  # --card-eval's chart.png, shown in the card
+# --card-eval's chart.png, shown in the card
+EVAL_CHART = "eval.png"
 HUB = "https://huggingface.co"
-HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")  # a Hub repository id: owner/name
+# a Hub repository id: owner/name
+HUB_REPO = re.compile(r"[\w.-]+/[\w.-]+")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # Causal LMs whose safetensors folder Ollama's `ollama create` converts (ollama/ollama convert/convert.go,
 # LoadModelMetadata, read at commit 01cf744); a Modelfile is written only for these, and only with a ChatML
 # chat template, which it spells out: Ollama reads a chat template from tokenizer_config.json alone
 # (convert/tokenizer.go), and transformers 5 saves it as chat_template.jinja.
-OLLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MixtralForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM",
-                        "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM")
-
-
+OLLAMA_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MixtralForCausalLM",
+    "GemmaForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Phi3ForCausalLM",
+    "Qwen2ForCausalLM",
+)
 
 
 # ------------------------------------------------------------------ checking, before anything is written
@@ -59,8 +65,11 @@ def run_dir(s) -> Path:
     """The run folder training writes (ART's `.art/<project>/models/<run name>`), or exit 2."""
     where = Path(".art") / s.project / "models" / s.run_name
     if not where.is_dir():
-        raise Exit(2, f"--export: no run {where} (from --project {s.project}, run {s.run_name}); train it first, "
-                      "or pass the --run-name, --project and --base-model the training used")
+        raise Exit(
+            2,
+            f"--export: no run {where} (from --project {s.project}, run {s.run_name}); train it first, "
+            "or pass the --run-name, --project and --base-model the training used",
+        )
     return where
 
 
@@ -71,8 +80,11 @@ def pick_checkpoint(where: Path, which: str | int) -> tuple[Path, str]:
 
     steps = {int(p.name): p for p in (where / "checkpoints").glob("[0-9]*") if p.name.isdigit() and p.is_dir()}
     if not steps:
-        raise Exit(2, f"--export: {where} has no checkpoints/ to export: nothing was trained yet, or the run trained "
-                      f"elsewhere ({REMOTE_WEIGHTS['serverless']})")
+        raise Exit(
+            2,
+            f"--export: {where} has no checkpoints/ to export: nothing was trained yet, or the run trained "
+            f"elsewhere ({REMOTE_WEIGHTS['serverless']})",
+        )
     if which == "latest":
         step, why = max(steps), "the latest"
     elif which == "best":
@@ -84,7 +96,10 @@ def pick_checkpoint(where: Path, which: str | int) -> tuple[Path, str]:
     elif which in steps:
         step, why = which, "chosen with --checkpoint"
     else:
-        raise Exit(2, f"--checkpoint {which}: {where} has no such checkpoint; it has steps {', '.join(map(str, sorted(steps)))}")
+        raise Exit(
+            2,
+            f"--checkpoint {which}: {where} has no such checkpoint; it has steps {', '.join(map(str, sorted(steps)))}",
+        )
     folder = steps[step]
     if not (folder / "adapter_model.safetensors").is_file():
         if (folder / "info.yaml").is_file():
@@ -123,7 +138,9 @@ def target_problem(out: Path, force: bool) -> str | None:
     try:
         written = set(json.loads((out / MANIFEST).read_text())["files"])
     except (OSError, ValueError, KeyError, TypeError):
-        return f"holds files that --export did not write (no readable {MANIFEST}); --force replaces only an earlier export"
+        return (
+            f"holds files that --export did not write (no readable {MANIFEST}); --force replaces only an earlier export"
+        )
     foreign = [p for p in present if p not in written and p != MANIFEST]
     if foreign:
         return f"holds {foreign[0]}, which the earlier export there did not write; --force replaces only an export's own files"
@@ -147,7 +164,9 @@ def base_model_of(s, where: Path, checkpoint: Path) -> str:
         return cpu.TINY_MODEL
     if path:
         return path
-    raise Exit(2, f"--export: {checkpoint}: the adapter does not say which base model it was trained on; pass --base-model")
+    raise Exit(
+        2, f"--export: {checkpoint}: the adapter does not say which base model it was trained on; pass --base-model"
+    )
 
 
 # ------------------------------------------------------------------ writing
@@ -157,15 +176,18 @@ def run(setup, skill) -> int:
     """--export DIR with the resolved run (config.Run)."""
     s = setup.settings
     out = Path(os.path.abspath(s.export)) if Path(s.export).name in ("", ".", "..") else Path(s.export)
-    hub = hub_login(s.push_to_hub) if s.push_to_hub else None  # before any work: an upload that cannot happen
+    # before any work: an upload that cannot happen
+    hub = hub_login(s.push_to_hub) if s.push_to_hub else None
     evaluation = card_eval(s.card_eval, skill) if s.card_eval else None
     where = run_dir(s)
     checkpoint, why = pick_checkpoint(where, s.checkpoint)
     base_model = base_model_of(s, where, checkpoint)
     stale = stale_of(out)
-    if problem := target_problem(restored(out, stale), s.force):  # DIR as it will be once a killed export's is put back
+    # DIR as it will be once a killed export's is put back
+    if problem := target_problem(restored(out, stale), s.force):
         raise Exit(2, f"--export {out} {problem}")
-    clear_stale(out, stale)  # every check passed: the first change on disk
+    # every check passed: the first change on disk
+    clear_stale(out, stale)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     print(f"exporting {checkpoint} ({why}) of {skill.name} on {base_model} to {out}", file=sys.stderr)
     try:
@@ -180,17 +202,21 @@ def run(setup, skill) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     gguf = "".join(f", {p.name}" for p in sorted(out.glob("*.gguf")))
-    print(f"exported to {out}: adapter/, merged/{gguf}, README.md (the model card)"
-          f"{', Modelfile' if (out / 'Modelfile').exists() else ''}")
+    print(
+        f"exported to {out}: adapter/, merged/{gguf}, README.md (the model card)"
+        f"{', Modelfile' if (out / 'Modelfile').exists() else ''}"
+    )
     if hub:
         push(out, s.push_to_hub, *hub)
     return 0
 
 
-def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model: str, why: str,
-                 evaluation: dict | None = None) -> None:
+def write_export(
+    tmp: Path, skill, s, where: Path, checkpoint: Path, base_model: str, why: str, evaluation: dict | None = None
+) -> None:
     (tmp / "adapter").mkdir()
-    for name in ADAPTER_FILES:  # the optimizer state stays behind: it only resumes training
+    # the optimizer state stays behind: it only resumes training
+    for name in ADAPTER_FILES:
         shutil.copyfile(checkpoint / name, tmp / "adapter" / name)
     portable(tmp / "adapter" / "adapter_config.json", base_model)
     internal = prompts.internalized(where)
@@ -201,18 +227,32 @@ def write_export(tmp: Path, skill, s, where: Path, checkpoint: Path, base_model:
     if evaluation and evaluation["chart"]:
         shutil.copyfile(evaluation["chart"], tmp / EVAL_CHART)
     architecture, license_, chat_template = merge(base_model, checkpoint, tmp / "merged")
-    gguf = gguf_export.write(tmp / "merged", tmp / gguf_export.file_name(s.gguf), s.gguf, skill.name).name if s.gguf else None
-    ollama = (architecture in OLLAMA_ARCHITECTURES and "<|im_start|>" in chat_template
-              and '"""' not in system)  # SYSTEM """...""" cannot quote it
+    gguf = (
+        gguf_export.write(tmp / "merged", tmp / gguf_export.file_name(s.gguf), s.gguf, skill.name).name
+        if s.gguf
+        else None
+    )
+    ollama = (
+        architecture in OLLAMA_ARCHITECTURES
+        and "<|im_start|>" in chat_template
+        # SYSTEM """...""" cannot quote it
+        and '"""' not in system
+    )
     if ollama:
         (tmp / "Modelfile").write_text(modelfile(skill, system, f"./{gguf}" if gguf else "./merged"))
     from skill_rl.export.card import model_card
 
-    (tmp / "README.md").write_text(model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama,
-                                              evaluation, gguf))
+    (tmp / "README.md").write_text(
+        model_card(skill, s, where, checkpoint, base_model, why, architecture, license_, ollama, evaluation, gguf)
+    )
     files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-    manifest = {"skill": skill.name, "run": str(where), "checkpoint": str(checkpoint),
-                "base_model": base_model, "files": files + [MANIFEST]}
+    manifest = {
+        "skill": skill.name,
+        "run": str(where),
+        "checkpoint": str(checkpoint),
+        "base_model": base_model,
+        "files": files + [MANIFEST],
+    }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
@@ -236,7 +276,7 @@ def stale_of(out: Path) -> list[tuple[Path, str, str]]:
     Nothing is changed."""
     found = []
     for p in sorted(out.parent.glob(f".{glob.escape(out.name)}.*-*")):
-        kind, _, pid = p.name[len(out.name) + 2:].rpartition("-")
+        kind, _, pid = p.name[len(out.name) + 2 :].rpartition("-")
         if kind in ("partial", "old") and pid.isdigit() and not p.is_symlink() and p.is_dir() and not alive(int(pid)):
             found.append((p, kind, pid))
     return found
@@ -262,8 +302,10 @@ def clear_stale(out: Path, stale: list[tuple[Path, str, str]]) -> None:
             shutil.rmtree(p, ignore_errors=True)
             said.append(f"removed {p.name}" if not p.exists() else f"could not remove {p.name}")
     if said:
-        print(f"{'; '.join(said)}: left by an export killed midway (process {', '.join(sorted(pids))}, gone)",
-              file=sys.stderr)
+        print(
+            f"{'; '.join(said)}: left by an export killed midway (process {', '.join(sorted(pids))}, gone)",
+            file=sys.stderr,
+        )
 
 
 def alive(pid: int) -> bool:
@@ -273,7 +315,8 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
         return False
-    except PermissionError:  # another user's process
+    # another user's process
+    except PermissionError:
         return True
     return True
 
@@ -290,8 +333,11 @@ def card_eval(folder: Path, skill) -> dict:
     try:
         data = json.loads(path.read_bytes())
     except OSError as e:
-        raise Exit(2, f"--card-eval {folder}: cannot read results.json ({e.strerror or e}); pass the --out folder "
-                      "of an --eval run") from None
+        raise Exit(
+            2,
+            f"--card-eval {folder}: cannot read results.json ({e.strerror or e}); pass the --out folder "
+            "of an --eval run",
+        ) from None
     except (ValueError, RecursionError) as e:
         raise Exit(2, f"--card-eval {path}: not valid JSON: {brief(e, 120)}") from None
     if not isinstance(data, dict) or data.get("skill") != skill.name:
@@ -306,9 +352,14 @@ def card_eval(folder: Path, skill) -> dict:
     if not table:
         raise Exit(2, f"--card-eval {path}: holds no model rows")
     judge = data.get("judge")
-    return {"table": table, "uplift": uplift, "split": data.get("split"), "folder": folder,
-            "judge": judge.get("model") if isinstance(judge, dict) else None,
-            "chart": folder / "chart.png" if (folder / "chart.png").is_file() else None}
+    return {
+        "table": table,
+        "uplift": uplift,
+        "split": data.get("split"),
+        "folder": folder,
+        "judge": judge.get("model") if isinstance(judge, dict) else None,
+        "chart": folder / "chart.png" if (folder / "chart.png").is_file() else None,
+    }
 
 
 def hub_login(repo: str) -> tuple[str, str]:
@@ -322,26 +373,38 @@ def hub_login(repo: str) -> tuple[str, str]:
         from huggingface_hub import get_token
         from huggingface_hub.utils import HFValidationError, validate_repo_id
     except ImportError:
-        raise Exit(2, "--push-to-hub needs huggingface_hub (pip install huggingface_hub); nothing was exported") from None
-    try:  # the Hub's own rule ('..', '--', a leading '-', '.git' at the end ...), and an owner: owner/name
+        raise Exit(
+            2, "--push-to-hub needs huggingface_hub (pip install huggingface_hub); nothing was exported"
+        ) from None
+    # the Hub's own rule ('..', '--', a leading '-', '.git' at the end ...), and an owner: owner/name
+    try:
         validate_repo_id(repo)
         if repo.count("/") != 1:
             raise HFValidationError("a Hub repository is owner/name")
     except HFValidationError as e:
-        raise Exit(2, f"--push-to-hub {show(repo)}: not a Hub repository id, owner/name ({brief(e, 160)}); "
-                      "nothing was exported") from None
+        raise Exit(
+            2,
+            f"--push-to-hub {show(repo)}: not a Hub repository id, owner/name ({brief(e, 160)}); nothing was exported",
+        ) from None
     try:
         token = get_token()
     except Exception as e:  # noqa: BLE001  an OIDC exchange that failed, a token file it cannot read
         raise Exit(2, f"--push-to-hub: no Hugging Face token ({type(e).__name__}); nothing was exported") from None
     if not token:
-        raise Exit(2, "--push-to-hub: no Hugging Face token: set HF_TOKEN (environment or .env) or run "
-                      "`hf auth login`; nothing was exported")
+        raise Exit(
+            2,
+            "--push-to-hub: no Hugging Face token: set HF_TOKEN (environment or .env) or run "
+            "`hf auth login`; nothing was exported",
+        )
     keys.remember(token)
-    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or HUB  # huggingface_hub's own rule (constants.ENDPOINT)
+    # huggingface_hub's own rule (constants.ENDPOINT)
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or HUB
     if not reachable(endpoint):
-        raise Exit(2, f"--push-to-hub: {endpoint} cannot be reached (no answer within 3 s); nothing was exported. "
-                      f"Export without it and upload DIR later: hf upload {repo} DIR")
+        raise Exit(
+            2,
+            f"--push-to-hub: {endpoint} cannot be reached (no answer within 3 s); nothing was exported. "
+            f"Export without it and upload DIR later: hf upload {repo} DIR",
+        )
     return endpoint, token
 
 
@@ -353,11 +416,15 @@ def push(out: Path, repo: str, endpoint: str, token: str) -> None:
     api = HfApi(endpoint=endpoint, token=token)
     try:
         api.create_repo(repo, private=True, exist_ok=True)
-        api.upload_folder(folder_path=str(out), repo_id=repo, ignore_patterns=[MANIFEST],
-                          commit_message="skill-rl --export")
+        api.upload_folder(
+            folder_path=str(out), repo_id=repo, ignore_patterns=[MANIFEST], commit_message="skill-rl --export"
+        )
     except Exception as e:  # noqa: BLE001  HTTP, network and permission errors alike: one line
-        raise Exit(1, f"--push-to-hub {repo}: the upload failed ({brief(e, 160)}); "
-                      f"the export is in {out}: hf upload {repo} {out}") from None
+        raise Exit(
+            1,
+            f"--push-to-hub {repo}: the upload failed ({brief(e, 160)}); "
+            f"the export is in {out}: hf upload {repo} {out}",
+        ) from None
     print(f"uploaded {out} to {endpoint}/{repo}")
 
 
@@ -388,18 +455,23 @@ def merge(base_model: str, checkpoint: Path, dest: Path) -> tuple[str, str | Non
     from safetensors import SafetensorError
 
     torch.set_num_threads(cpu.threads())
-    for chatter in ("`is_gradient_checkpointing` is deprecated", "Could not find a config file in"):  # transformers 5, PEFT on a GGUF folder
+    # transformers 5, PEFT on a GGUF folder
+    for chatter in ("`is_gradient_checkpointing` is deprecated", "Could not find a config file in"):
         warnings.filterwarnings("ignore", message=chatter)
     tokenizer, base, license_ = load_base(base_model)
     try:
         model = PeftModel.from_pretrained(copy.deepcopy(base), str(checkpoint)).merge_and_unload()
-    except (ValueError, RuntimeError, KeyError) as e:  # an adapter of another model: shapes or names do not fit
-        raise Exit(2, f"--export: {checkpoint} does not fit {base_model}: {brief(e)}; pass the --base-model it was trained on")
+    # an adapter of another model: shapes or names do not fit
+    except (ValueError, RuntimeError, KeyError) as e:
+        raise Exit(
+            2, f"--export: {checkpoint} does not fit {base_model}: {brief(e)}; pass the --base-model it was trained on"
+        )
     model = unquantized(model)
     try:
         model.save_pretrained(dest, safe_serialization=True)
         tokenizer.save_pretrained(dest)
-    except SafetensorError as e:  # safetensors' own error for a failed write (a full disk), not an OSError
+    # safetensors' own error for a failed write (a full disk), not an OSError
+    except SafetensorError as e:
         raise OSError(errno.EIO, brief(e, 160)) from None
     return type(model).__name__, license_, str(getattr(tokenizer, "chat_template", "") or "")
 
@@ -449,7 +521,8 @@ def license_of(folder: Path, gguf: str | None) -> str | None:
         try:
             field = GGUFReader(str(folder / gguf)).get_field("general.license")
             return field.contents() if field is not None else None
-        except (OSError, ValueError, KeyError, IndexError, AttributeError):  # a header this reader cannot take
+        # a header this reader cannot take
+        except (OSError, ValueError, KeyError, IndexError, AttributeError):
             return None
     return readme_license(folder / "README.md")
 
@@ -485,7 +558,12 @@ def modelfile(skill, system: str | None = None, source: str = "./merged") -> str
     SKILL.md (or an internalized run's stand-in; none if empty) as SYSTEM, greedy decoding, the chat template in
     Ollama's syntax and its end-of-turn stop."""
     system = skill.body if system is None else system
-    lines = [f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)", f"FROM {source}",
-             *([f'SYSTEM """{system.strip()}\n"""'] if system.strip() else []), f'TEMPLATE """{CHATML_TEMPLATE}"""', 'PARAMETER stop "<|im_end|>"',
-             "PARAMETER temperature 0"]
+    lines = [
+        f"# {skill.name}: ollama create {skill.name} -f Modelfile  (run from this folder)",
+        f"FROM {source}",
+        *([f'SYSTEM """{system.strip()}\n"""'] if system.strip() else []),
+        f'TEMPLATE """{CHATML_TEMPLATE}"""',
+        'PARAMETER stop "<|im_end|>"',
+        "PARAMETER temperature 0",
+    ]
     return "\n".join(lines) + "\n"

@@ -20,20 +20,38 @@ def _trained_under(skill, where: Path) -> str:
     from skill_rl.prompts import internalized
 
     if record := internalized(where):
-        sent = {"stub": "the one line in `system_prompt.txt`", "none": "no system message (`system_prompt.txt` is empty)",
-                "description": "the skill's description (`system_prompt.txt`)"}[record["without_skill"]]
-        return ("This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
-                "the skill's SKILL.md **and to do without it** (`--internalize`: SKILL.md left its prompts during training, "
-                f"{record['steps']} RL steps, the last {record['steps'] - record['fading_steps']} without it; the "
-                f"reward always scored against it): send it {sent} and the task, no SKILL.md.\n")
-    return ("This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
-            "the skill's SKILL.md, **which it was always given as the system message**: give it the same system message "
-            "(`system_prompt.txt`, SKILL.md without its frontmatter) when you use it, or it answers as its base model "
-            "would.\n")
+        sent = {
+            "stub": "the one line in `system_prompt.txt`",
+            "none": "no system message (`system_prompt.txt` is empty)",
+            "description": "the skill's description (`system_prompt.txt`)",
+        }[record["without_skill"]]
+        return (
+            "This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
+            "the skill's SKILL.md **and to do without it** (`--internalize`: SKILL.md left its prompts during training, "
+            f"{record['steps']} RL steps, the last {record['steps'] - record['fading_steps']} without it; the "
+            f"reward always scored against it): send it {sent} and the task, no SKILL.md.\n"
+        )
+    return (
+        "This folder was written by `skill-rl --export`. The model was trained with reinforcement learning to follow "
+        "the skill's SKILL.md, **which it was always given as the system message**: give it the same system message "
+        "(`system_prompt.txt`, SKILL.md without its frontmatter) when you use it, or it answers as its base model "
+        "would.\n"
+    )
 
 
-def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: str, architecture: str,
-               base_license: str | None, ollama: bool, evaluation: dict | None = None, gguf: str | None = None) -> str:
+def model_card(
+    skill,
+    s,
+    where: Path,
+    checkpoint: Path,
+    base_model: str,
+    why: str,
+    architecture: str,
+    base_license: str | None,
+    ollama: bool,
+    evaluation: dict | None = None,
+    gguf: str | None = None,
+) -> str:
     """The export's README.md. `gguf`: the GGUF file's name, when --gguf wrote one (the Modelfile then loads it)."""
     adapter = _json(checkpoint / "adapter_config.json")
     rows = history.rows(where / history.NAME)
@@ -52,18 +70,30 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
         "plain transformers or vLLM, no PEFT |\n"
         "| `system_prompt.txt` | the system message to send it (the one it was trained under at the end) |\n"
         + (f"| `{gguf}` | the merged model as one GGUF file, for llama.cpp and Ollama |\n" if gguf else "")
-        + (f"| `Modelfile` | for `ollama create` (FROM ./{gguf or 'merged'}, the system message, greedy decoding) |\n"
-           if ollama else "")
+        + (
+            f"| `Modelfile` | for `ollama create` (FROM ./{gguf or 'merged'}, the system message, greedy decoding) |\n"
+            if ollama
+            else ""
+        )
         + ("| `rewards.png` | the run's reward plot |\n" if (where / "rewards.png").is_file() else "")
-        + ("| `eval.png` | the `--eval` chart of the models compared below |\n" if evaluation and evaluation["chart"] else "")
+        + (
+            "| `eval.png` | the `--eval` chart of the models compared below |\n"
+            if evaluation and evaluation["chart"]
+            else ""
+        )
         + f"| `{'export.json'}` | where this came from and every file written |\n",
         "## Model\n",
-        _table([("base model", f"`{base_model}`"), ("architecture", architecture),
+        _table(
+            [
+                ("base model", f"`{base_model}`"),
+                ("architecture", architecture),
                 ("license (base model)", base_license or "not stated in the base model's files: see its model card"),
                 ("license (skill)", _skill_license(skill_md) or "not stated in SKILL.md's frontmatter"),
                 ("skill", f"`{skill.name}`: {skill.description}"),
                 ("SKILL.md sha256", f"`{hashlib.sha256(skill_md.read_bytes()).hexdigest()}`"),
-                ("checkpoint", f"{why} (`{checkpoint.name}` of run `{s.project}/{name}`)")]),
+                ("checkpoint", f"{why} (`{checkpoint.name}` of run `{s.project}/{name}`)"),
+            ]
+        ),
         "## Training\n",
         _table(_training(where, adapter, rows)),
     ]
@@ -87,12 +117,16 @@ def model_card(skill, s, where: Path, checkpoint: Path, base_model: str, why: st
         f"```bash\nvllm serve ./merged\nvllm serve {base_model} --enable-lora{lora_rank} --lora-modules {name}=./adapter\n```\n",
     ]
     if gguf:
-        parts.append(f"With llama.cpp, the GGUF file (the chat template is in it; send `system_prompt.txt` as the system "
-                     f"message):\n\n```bash\nllama-cli -m {gguf} -sys \"$(cat system_prompt.txt)\" -cnv --temp 0\n"
-                     f"llama-server -m {gguf} --jinja --temp 0\n```\n")
+        parts.append(
+            f"With llama.cpp, the GGUF file (the chat template is in it; send `system_prompt.txt` as the system "
+            f'message):\n\n```bash\nllama-cli -m {gguf} -sys "$(cat system_prompt.txt)" -cnv --temp 0\n'
+            f"llama-server -m {gguf} --jinja --temp 0\n```\n"
+        )
     if ollama:
-        parts.append(f"With Ollama (the Modelfile carries the system message):\n\n```bash\nollama create {skill.name} -f Modelfile\n"
-                     f"ollama run {skill.name}\n```\n")
+        parts.append(
+            f"With Ollama (the Modelfile carries the system message):\n\n```bash\nollama create {skill.name} -f Modelfile\n"
+            f"ollama run {skill.name}\n```\n"
+        )
     return "\n".join(parts)
 
 
@@ -117,19 +151,37 @@ def _training(where: Path, adapter: dict, rows: list[dict]) -> list[tuple[str, s
     state = _json(where / "state.json")
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
     train_rows = [r for r in rows if any(k.startswith("train/") for k in r)]
-    out = [("run folder", f"`{where}`"), ("steps recorded", str(max(steps)) if steps else "none in history.jsonl"),
-           ("training steps logged", str(len({r.get('step') for r in train_rows})))]
+    out = [
+        ("run folder", f"`{where}`"),
+        ("steps recorded", str(max(steps)) if steps else "none in history.jsonl"),
+        ("training steps logged", str(len({r.get("step") for r in train_rows}))),
+    ]
     if adapter:
-        out.append(("LoRA", ", ".join(f"{k} {adapter[k]}" for k in ("r", "lora_alpha", "lora_dropout") if k in adapter)
-                    + (f", on {', '.join(sorted(adapter['target_modules']))}" if isinstance(adapter.get("target_modules"), list) else "")))
+        out.append(
+            (
+                "LoRA",
+                ", ".join(f"{k} {adapter[k]}" for k in ("r", "lora_alpha", "lora_dropout") if k in adapter)
+                + (
+                    f", on {', '.join(sorted(adapter['target_modules']))}"
+                    if isinstance(adapter.get("target_modules"), list)
+                    else ""
+                ),
+            )
+        )
     if model:
-        out.append(("ART model.json", ", ".join(f"{k} {model[k]}" for k in ("name", "project", "base_model") if k in model)))
+        out.append(
+            ("ART model.json", ", ".join(f"{k} {model[k]}" for k in ("name", "project", "base_model") if k in model))
+        )
     if isinstance(state.get("skill_rl_warm_start"), dict):
         out.append(("warm start (--sft)", ", ".join(f"{k} {v}" for k, v in state["skill_rl_warm_start"].items())))
     last = lambda key: max((r[key] for r in rows if isinstance(r.get(key), (int, float))), default=None)  # noqa: E731
     if last("data/cum/num_trajectories") is not None:
-        out.append(("trajectories gathered", f"{last('data/cum/num_trajectories'):.0f} in "
-                                             f"{last('data/cum/num_groups_submitted') or 0:.0f} groups"))
+        out.append(
+            (
+                "trajectories gathered",
+                f"{last('data/cum/num_trajectories'):.0f} in {last('data/cum/num_groups_submitted') or 0:.0f} groups",
+            )
+        )
     judged = [r["train/judged"] for r in train_rows if isinstance(r.get("train/judged"), (int, float))]
     if judged:
         out.append(("reward", "checks and the RULER judge" if any(judged) else "checks only (no judge)"))
@@ -151,17 +203,22 @@ def _validation(rows: list[dict]) -> str:
     for r in val:
         by_step.setdefault(r["step"], []).append(r["val/reward"])
     curve = ", ".join(f"{step}: {sum(v) / len(v):.3f}" for step, v in sorted(by_step.items()))
-    return (f"The last validation, at step {last} (mean over the run's val tasks):\n\n" + _table(means)
-            + f"\nMean val/reward by step: {curve}.\n")
+    return (
+        f"The last validation, at step {last} (mean over the run's val tasks):\n\n"
+        + _table(means)
+        + f"\nMean val/reward by step: {curve}.\n"
+    )
 
 
 def _evaluation(e: dict) -> str:
     """The table of an --eval run (--card-eval), with the judge that scored it and its chart."""
     judge = f"judge `{e['judge']}`" if e["judge"] else "checks only (`--judge none`: the judged columns are empty)"
-    text = (f"From skill-rl's `--eval` on the skill's {e['split'] or 'held-out'} tasks, scored with {judge}. The rows "
-            "are named as `--eval` was given them (`--model label=ID@URL`): which one is this model is the "
-            "evaluator's labelling. `n` counts outputs scored; every task's outputs from all models were judged in "
-            "one group, so the judged columns compare the models head to head.\n\n" + e["table"] + "\n")
+    text = (
+        f"From skill-rl's `--eval` on the skill's {e['split'] or 'held-out'} tasks, scored with {judge}. The rows "
+        "are named as `--eval` was given them (`--model label=ID@URL`): which one is this model is the "
+        "evaluator's labelling. `n` counts outputs scored; every task's outputs from all models were judged in "
+        "one group, so the judged columns compare the models head to head.\n\n" + e["table"] + "\n"
+    )
     text += "".join(f"\n- {line}" for line in e["uplift"]) + ("\n" if e["uplift"] else "")
     return text + ("\n![--eval scores per model](eval.png)\n" if e["chart"] else "")
 

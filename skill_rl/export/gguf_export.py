@@ -23,9 +23,11 @@ from pathlib import Path
 
 from skill_rl.errors import Exit
 
-TYPES = ("f16", "q8_0")  # --gguf-type
+# --gguf-type
+TYPES = ("f16", "q8_0")
 ARCHITECTURES = {"LlamaForCausalLM": "LLAMA", "Qwen2ForCausalLM": "QWEN2"}
-PRE_TOKENIZERS = {"LLAMA": "smollm", "QWEN2": "qwen2"}  # llama.cpp's pre-tokenizer names for the models we train
+# llama.cpp's pre-tokenizer names for the models we train
+PRE_TOKENIZERS = {"LLAMA": "smollm", "QWEN2": "qwen2"}
 
 
 def file_name(kind: str) -> str:
@@ -100,8 +102,13 @@ def vocabulary(writer, merged: Path, arch) -> None:
             types.append(gguf.TokenType.UNUSED)
         else:
             tokens.append(by_id[i])
-            types.append(gguf.TokenType.CONTROL if i in added and added[i].special else
-                         gguf.TokenType.USER_DEFINED if i in added else gguf.TokenType.NORMAL)
+            types.append(
+                gguf.TokenType.CONTROL
+                if i in added and added[i].special
+                else gguf.TokenType.USER_DEFINED
+                if i in added
+                else gguf.TokenType.NORMAL
+            )
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(PRE_TOKENIZERS[arch.name])
     writer.add_token_list(tokens)
@@ -127,7 +134,8 @@ def tensors(writer, merged: Path, config: dict, arch, kind: str) -> None:
         with safe_open(str(path), framework="pt") as f:
             for hf_name in f.keys():
                 if tied and hf_name == "lm_head.weight":
-                    continue  # llama.cpp ties the output to token_embd when output.weight is absent
+                    # llama.cpp ties the output to token_embd when output.weight is absent
+                    continue
                 name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
                 if name is None:
                     raise Exit(2, f"--export --gguf: no GGUF name for the tensor {hf_name}")
@@ -148,7 +156,8 @@ def encoded(w, kind: str):
         return w.astype(np.float32), None, None
     if kind == "f16":
         return w.astype(np.float16), None, None
-    if w.shape[-1] % 32:  # Q8_0 blocks are 32 values of a row
+    # Q8_0 blocks are 32 values of a row
+    if w.shape[-1] % 32:
         return w.astype(np.float16), None, None
     q = gguf.quants.quantize(w.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
     return q, None, gguf.GGMLQuantizationType.Q8_0

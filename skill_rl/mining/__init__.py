@@ -25,5 +25,17 @@ with the normal task loader, writes the file atomically and prints a count per r
 from skill_rl.mining.git import Commit, FileChange, MiningError, Repo, Skip
 from skill_rl.mining.miner import Mined, default_out, mine, report, run, secret_reason, split_of
 
-__all__ = ["Commit", "FileChange", "Mined", "MiningError", "Repo", "Skip", "default_out", "mine", "report",
-           "run", "secret_reason", "split_of"]
+__all__ = [
+    "Commit",
+    "FileChange",
+    "Mined",
+    "MiningError",
+    "Repo",
+    "Skip",
+    "default_out",
+    "mine",
+    "report",
+    "run",
+    "secret_reason",
+    "split_of",
+]

@@ -19,51 +19,97 @@ from pathlib import Path
 from skill_rl.scoring.diffs import Diff, parse_diff
 from skill_rl.text import display
 
-
-GIT_TIMEOUT = 60.0  # seconds for any one git call
-
-
-MAX_OBJECT_BYTES = 256_000  # a commit object (headers and message) larger than this is skipped
+# seconds for any one git call
+GIT_TIMEOUT = 60.0
 
 
-MAX_FILES = 200  # a commit changing more files than this is skipped before its diff is read
+# a commit object (headers and message) larger than this is skipped
+MAX_OBJECT_BYTES = 256_000
+
+
+# a commit changing more files than this is skipped before its diff is read
+MAX_FILES = 200
 
 
 # Every git call: repository config may not change what we read or make git run anything.
 # Nor contact anything: every transport is forbidden (GIT_ALLOW_PROTOCOL in git_env, and protocol.allow here), so
 # a remote's uploadpack, core.sshCommand or an ext:: URL never runs, even if git wanted an object it lacks.
-CONFIG = ("-c", "core.quotepath=off", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-          "-c", "color.ui=never", "-c", "log.showSignature=false", "-c", "protocol.allow=never",
-          "-c", "core.sshCommand=false", "-c", "core.askPass=false", "-c", "credential.helper=",
-          "-c", "advice.graftFileDeprecated=false")
+CONFIG = (
+    "-c",
+    "core.quotepath=off",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "color.ui=never",
+    "-c",
+    "log.showSignature=false",
+    "-c",
+    "protocol.allow=never",
+    "-c",
+    "core.sshCommand=false",
+    "-c",
+    "core.askPass=false",
+    "-c",
+    "credential.helper=",
+    "-c",
+    "advice.graftFileDeprecated=false",
+)
 
 
-DIFF = ("-r", "--root", "--no-commit-id", "--no-renames", "--no-ext-diff", "--no-textconv", "--no-color",
-        "--submodule=short", "-O/dev/null")
+DIFF = (
+    "-r",
+    "--root",
+    "--no-commit-id",
+    "--no-renames",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-color",
+    "--submodule=short",
+    "-O/dev/null",
+)
 
 
-PATCH = ("-p", "-U3", "--inter-hunk-context=0", "--diff-algorithm=myers", "--indent-heuristic",
-         "--src-prefix=a/", "--dst-prefix=b/")
+PATCH = (
+    "-p",
+    "-U3",
+    "--inter-hunk-context=0",
+    "--diff-algorithm=myers",
+    "--indent-heuristic",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+)
 
 
-LOCKFILES = frozenset("package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml bun.lock bun.lockb cargo.lock "
-                      "poetry.lock pipfile.lock uv.lock pdm.lock gemfile.lock composer.lock go.sum mix.lock "
-                      "pubspec.lock podfile.lock package.resolved flake.lock packages.lock.json gradle.lockfile "
-                      "deno.lock".split())
+LOCKFILES = frozenset(
+    "package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml bun.lock bun.lockb cargo.lock "
+    "poetry.lock pipfile.lock uv.lock pdm.lock gemfile.lock composer.lock go.sum mix.lock "
+    "pubspec.lock podfile.lock package.resolved flake.lock packages.lock.json gradle.lockfile "
+    "deno.lock".split()
+)
 
 
-GENERATED_PATH = re.compile(r"(^|/)(node_modules|vendor|third_party|dist|__pycache__|\.yarn)/|\.min\.(js|css)$|\.map$"
-                            r"|_pb2(_grpc)?\.pyi?$|\.pb\.(go|cc|h)$|\.g\.dart$|\.generated\.|\.pyc$", re.I)
+GENERATED_PATH = re.compile(
+    r"(^|/)(node_modules|vendor|third_party|dist|__pycache__|\.yarn)/|\.min\.(js|css)$|\.map$"
+    r"|_pb2(_grpc)?\.pyi?$|\.pb\.(go|cc|h)$|\.g\.dart$|\.generated\.|\.pyc$",
+    re.I,
+)
 
 
-GENERATED_MARK = re.compile(r"@generated\b|\bDO NOT EDIT\b|\bauto-?generated\b", re.I)  # in a file's first 5 lines
+# in a file's first 5 lines
+GENERATED_MARK = re.compile(r"@generated\b|\bDO NOT EDIT\b|\bauto-?generated\b", re.I)
 
 
-BOT = re.compile(r"\[bot\]|\b(dependabot|renovate|greenkeeper|snyk-bot|github-actions|pre-commit-ci|mergify|imgbot"
-                 r"|semantic-release-bot|release-please|allcontributors|depfu|pyup-bot|whitesource)\b", re.I)
+BOT = re.compile(
+    r"\[bot\]|\b(dependabot|renovate|greenkeeper|snyk-bot|github-actions|pre-commit-ci|mergify|imgbot"
+    r"|semantic-release-bot|release-please|allcontributors|depfu|pyup-bot|whitesource)\b",
+    re.I,
+)
 
 
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # NUL, escapes, ...: not text a model should learn to write
+# NUL, escapes, ...: not text a model should learn to write
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 REVERT = re.compile(r'^Revert "|^This reverts commit [0-9a-f]{7,}', re.M)
@@ -83,11 +129,25 @@ class TooLarge(Skip):
 
 def git_env(repo: Path) -> dict[str, str]:
     """A minimal environment: the caller's PATH and nothing else of it (no GIT_DIR, LD_PRELOAD, HOME, proxies...)."""
-    return dict(PATH=os.environ.get("PATH", os.defpath), LC_ALL="C", PAGER="cat", GIT_PAGER="cat",
-                GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_NO_REPLACE_OBJECTS="1",
-                GIT_GRAFT_FILE=os.devnull, GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_LITERAL_PATHSPECS="1",
-                GIT_NO_LAZY_FETCH="1", GIT_ALLOW_PROTOCOL="",  # no lazy fetch where git knows the switch; no transport at all
-                GIT_CEILING_DIRECTORIES=str(repo.parent))  # REPO itself, not a repository somewhere above it
+    return dict(
+        PATH=os.environ.get("PATH", os.defpath),
+        LC_ALL="C",
+        PAGER="cat",
+        GIT_PAGER="cat",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_GRAFT_FILE=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_LITERAL_PATHSPECS="1",
+        # no lazy fetch where git knows the switch; no transport at all
+        GIT_NO_LAZY_FETCH="1",
+        GIT_ALLOW_PROTOCOL="",
+        # REPO itself, not a repository somewhere above it
+        GIT_CEILING_DIRECTORIES=str(repo.parent),
+    )
 
 
 class Repo:
@@ -109,8 +169,13 @@ class Repo:
         """git's stdout; Skip when it fails, times out or writes more than `cap` bytes."""
         with tempfile.TemporaryFile() as err:
             try:
-                proc = subprocess.Popen(["git", "--no-pager", "-C", str(self.path), *CONFIG, *args], env=self.env,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+                proc = subprocess.Popen(
+                    ["git", "--no-pager", "-C", str(self.path), *CONFIG, *args],
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                )
             except OSError as e:
                 raise MiningError(f"cannot run git: {e.strerror}")
             killed = threading.Event()
@@ -150,9 +215,15 @@ class Repo:
         """A Commit per sha, read with `git cat-file --batch` 500 at a time."""
         for i in range(0, len(shas), 500):
             chunk = shas[i : i + 500]
-            proc = subprocess.Popen(["git", "--no-pager", "-C", str(self.path), *CONFIG, "cat-file", "--batch"],
-                                    env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            proc.stdin.write("".join(s + "\n" for s in chunk).encode())  # at most 33 kB: fits the pipe
+            proc = subprocess.Popen(
+                ["git", "--no-pager", "-C", str(self.path), *CONFIG, "cat-file", "--batch"],
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            # at most 33 kB: fits the pipe
+            proc.stdin.write("".join(s + "\n" for s in chunk).encode())
             proc.stdin.close()
             timer = threading.Timer(self.timeout * 10, proc.kill)
             timer.start()
@@ -170,14 +241,21 @@ def refuse_remote_objects(repo: Repo) -> None:
     for them, running whatever that remote's config says (uploadpack, core.sshCommand, an ext:: URL): refused."""
     try:
         found = repo.git("config", "-z", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$")
-    except Skip:  # exit 1: no such key
+    # exit 1: no such key
+    except Skip:
         found = b""
     keys = [entry.split(b"\n", 1) for entry in found.split(b"\0") if entry]
-    promisor = [k.decode(errors="replace") for k, *v in keys
-                if k.startswith(b"extensions.") or (v or [b"true"])[0].strip().lower() not in (b"false", b"no", b"off", b"0")]
-    if promisor:  # (`.promisor` packs alone, with no promisor remote, make git fetch nothing)
-        raise MiningError(f"{display(repo.path)}: a partial clone ({', '.join(promisor)}): git would fetch "
-                          "its missing objects from the remote, running that remote's configured commands; mine a full clone")
+    promisor = [
+        k.decode(errors="replace")
+        for k, *v in keys
+        if k.startswith(b"extensions.") or (v or [b"true"])[0].strip().lower() not in (b"false", b"no", b"off", b"0")
+    ]
+    # (`.promisor` packs alone, with no promisor remote, make git fetch nothing)
+    if promisor:
+        raise MiningError(
+            f"{display(repo.path)}: a partial clone ({', '.join(promisor)}): git would fetch "
+            "its missing objects from the remote, running that remote's configured commands; mine a full clone"
+        )
 
 
 def _shallow(repo: Repo) -> frozenset[str]:
@@ -189,16 +267,21 @@ def _shallow(repo: Repo) -> frozenset[str]:
         path = path if path.is_absolute() else repo.path / path
         return frozenset(path.read_text(errors="replace").split())
     except (Skip, OSError) as e:
-        raise MiningError(f"{display(repo.path)}: cannot tell which commits a shallow clone cut off "
-                          f"({getattr(e, 'strerror', None) or e})")
+        raise MiningError(
+            f"{display(repo.path)}: cannot tell which commits a shallow clone cut off "
+            f"({getattr(e, 'strerror', None) or e})"
+        )
 
 
 def _read_object(out, sha: str) -> bytes | None:
     """One object from `cat-file --batch`: its bytes, or None when it is too large to be a commit we mine."""
     header = out.readline(200).split()
     if len(header) != 3 or header[0].decode(errors="replace") != sha or header[1] != b"commit":
-        raise MiningError(f"git cat-file gave no commit for {sha} (killed after a timeout, or the repository is damaged)")
-    left = int(header[2]) + 1  # the object and a newline
+        raise MiningError(
+            f"git cat-file gave no commit for {sha} (killed after a timeout, or the repository is damaged)"
+        )
+    # the object and a newline
+    left = int(header[2]) + 1
     if left > MAX_OBJECT_BYTES:
         while left > 0 and (chunk := out.read(min(left, 1 << 20))):
             left -= len(chunk)
@@ -211,11 +294,15 @@ def _read_object(out, sha: str) -> bytes | None:
 
 @dataclass
 class FileChange:
-    path: str  # the new path (the old one for a deletion); renames show as a deletion and an addition
-    status: str  # A added, D deleted, M modified, T type changed
-    added: int | None  # lines; None for a binary file
+    # the new path (the old one for a deletion); renames show as a deletion and an addition
+    path: str
+    # A added, D deleted, M modified, T type changed
+    status: str
+    # lines; None for a binary file
+    added: int | None
     removed: int | None
-    excluded: str | None = None  # why `Commit.diff` leaves it out: binary, lockfile, generated, submodule
+    # why `Commit.diff` leaves it out: binary, lockfile, generated, submodule
+    excluded: str | None = None
 
 
 @dataclass
@@ -228,12 +315,17 @@ class Commit:
     repo: Repo = field(repr=False)
     sha: str
     parents: tuple[str, ...]
-    author: str  # "Name <email>"
+    # "Name <email>"
+    author: str
     message: str
-    skip: str | None = None  # a reason the core skips it before the hook sees it
-    later: tuple[Commit, ...] = field(default=(), repr=False)  # the next commits of the walk, newer, at most `window`
-    window: int = 0  # --clean-window: fewer `later` commits than this means the walk ended
-    _diffs: dict = field(default_factory=dict, repr=False)  # diff_of's answers
+    # a reason the core skips it before the hook sees it
+    skip: str | None = None
+    # the next commits of the walk, newer, at most `window`
+    later: tuple[Commit, ...] = field(default=(), repr=False)
+    # --clean-window: fewer `later` commits than this means the walk ended
+    window: int = 0
+    # diff_of's answers
+    _diffs: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def parse(cls, repo: Repo, sha: str, raw: bytes | None) -> Commit:
@@ -321,8 +413,15 @@ def _files(out: bytes) -> tuple[FileChange, ...]:
             mode, status = raw.get(path, ("100644", "M"))
             binary = added == b"-"
             name = path.decode(errors="surrogateescape")
-            files.append(FileChange(name, status, None if binary else int(added), None if binary else int(removed),
-                                    _exclusion(name, mode, binary)))
+            files.append(
+                FileChange(
+                    name,
+                    status,
+                    None if binary else int(added),
+                    None if binary else int(removed),
+                    _exclusion(name, mode, binary),
+                )
+            )
         i += 1
     return tuple(files)
 
@@ -361,5 +460,5 @@ def _generated_header(section: str) -> bool:
     m = re.search(r"(?m)^@@ -\S+ \+(\d+)(?:,\d+)? @@.*\n", section)
     if not m or int(m[1]) > 5:
         return False
-    lines = [ln for ln in section[m.end():].split("\n") if ln[:1] in (" ", "+")][: 6 - int(m[1])]
+    lines = [ln for ln in section[m.end() :].split("\n") if ln[:1] in (" ", "+")][: 6 - int(m[1])]
     return any(GENERATED_MARK.search(ln) for ln in lines)

@@ -12,13 +12,12 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skill_rl.files import atomic_write, replace_problem
 from skill_rl.keys import redact, secret_in
+from skill_rl.mining.git import Commit, MiningError, Repo, Skip
 from skill_rl.records import refuse_inputs, skill_files
 from skill_rl.skills import Skill, parse_task_line
-from skill_rl.files import atomic_write, replace_problem
 from skill_rl.text import display
-from skill_rl.mining.git import Commit, MiningError, Repo, Skip
-
 
 HOOK = "task_from_commit"
 
@@ -26,10 +25,13 @@ HOOK = "task_from_commit"
 TASK_KEYS = {"input", "expect", "reference", "clean"}
 
 
-SECRET_FILE = re.compile(r"^(\.env.*|.*\.env|\.envrc|.*\.(pem|key|p12|pfx|jks|keystore|crt|cer|der|csr|p8|ppk|gpg|kdbx"
-                         r"|keytab|tfvars|tfstate(\..*)?)|id_(rsa|dsa|ecdsa|ed25519)(\..*)?|[._]netrc|\.npmrc|\.pypirc"
-                         r"|\.pgpass|\.htpasswd|\.git-credentials|\.dockercfg|.*secret.*|.*credential.*"
-                         r"|service[-_]?account.*\.json)$", re.I)
+SECRET_FILE = re.compile(
+    r"^(\.env.*|.*\.env|\.envrc|.*\.(pem|key|p12|pfx|jks|keystore|crt|cer|der|csr|p8|ppk|gpg|kdbx"
+    r"|keytab|tfvars|tfstate(\..*)?)|id_(rsa|dsa|ecdsa|ed25519)(\..*)?|[._]netrc|\.npmrc|\.pypirc"
+    r"|\.pgpass|\.htpasswd|\.git-credentials|\.dockercfg|.*secret.*|.*credential.*"
+    r"|service[-_]?account.*\.json)$",
+    re.I,
+)
 
 
 def split_of(sha: str, val_fraction: float) -> str:
@@ -54,8 +56,10 @@ class Mined:
     lines: list[str] = field(default_factory=list)
     splits: Counter = field(default_factory=Counter)
     skipped: Counter = field(default_factory=Counter)
-    left_out: Counter = field(default_factory=Counter)  # files left out of kept tasks' diffs, by reason
-    errors: list[str] = field(default_factory=list)  # the hook raised
+    # files left out of kept tasks' diffs, by reason
+    left_out: Counter = field(default_factory=Counter)
+    # the hook raised
+    errors: list[str] = field(default_factory=list)
     commits: int = 0
 
 
@@ -84,15 +88,20 @@ def _candidate(commit: Commit, hook, mined: Mined) -> dict | str:
         got = hook(commit)
     except Skip as e:
         return str(e)
-    except Exception as e:  # the skill's own code: count it, show the first few, carry on, exit 1
+    # the skill's own code: count it, show the first few, carry on, exit 1
+    except Exception as e:
         if len(mined.errors) < 3:
-            mined.errors.append(f"{HOOK} raised on commit {commit.sha[:12]}: {type(e).__name__}: {redact(str(e))[:200]}")
+            mined.errors.append(
+                f"{HOOK} raised on commit {commit.sha[:12]}: {type(e).__name__}: {redact(str(e))[:200]}"
+            )
         return f"{HOOK} raised an error"
     if isinstance(got, str) and got.strip():
         return got.strip().splitlines()[0][:100]
     if not isinstance(got, dict) or not {"input"} <= set(got) <= TASK_KEYS:
-        raise MiningError(f"{HOOK} must return a reason string or a dict with 'input' and optionally 'expect' and "
-                          f"'reference'; got {str(got)[:80]!r} for commit {commit.sha[:12]}")
+        raise MiningError(
+            f"{HOOK} must return a reason string or a dict with 'input' and optionally 'expect' and "
+            f"'reference'; got {str(got)[:80]!r} for commit {commit.sha[:12]}"
+        )
     try:
         return secret_reason(commit, got) or grader_reason(commit, got) or got
     except Skip as e:
@@ -104,7 +113,8 @@ def _line(task: dict, sha: str, out: Path, expect_model, mined: Mined) -> str | 
     try:
         line = json.dumps(task, ensure_ascii=False)
         raw = line.encode("utf-8")
-    except (TypeError, ValueError) as e:  # not JSON, or lone surrogates from a path that is not UTF-8
+    # not JSON, or lone surrogates from a path that is not UTF-8
+    except (TypeError, ValueError) as e:
         raise MiningError(f"{HOOK} returned a task that is not JSON text for commit {sha[:12]}: {e}")
     problems: list[str] = []
     if parse_task_line(out, len(mined.lines) + 1, raw, expect_model, problems) is not None:
@@ -147,8 +157,15 @@ def _balance(mined: Mined, clean: list[bool], ratio: float) -> None:
     mined.lines = [line for i, line in enumerate(mined.lines) if i not in drop]
 
 
-def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: float, clean_ratio: float = 1.0,
-         window: int = 50) -> Mined:
+def mine(
+    repo: Repo,
+    shas: list[str],
+    skill: Skill,
+    out: Path,
+    val_fraction: float,
+    clean_ratio: float = 1.0,
+    window: int = 50,
+) -> Mined:
     """Every commit through the hook and the core's filters; the accepted tasks as JSONL lines, oldest first."""
     hook, expect_model = getattr(skill.checks, HOOK), getattr(skill.checks, "Expect", None)
     mined, seen, ids, clean = Mined(), set(), set(), []
@@ -165,7 +182,8 @@ def mine(repo: Repo, shas: list[str], skill: Skill, out: Path, val_fraction: flo
         if line is None:
             continue
         keys = {("input", task["input"]), ("reference", task.get("reference"))} - {("reference", None)}
-        if keys & seen:  # an older commit gave the same diff or the same message
+        # an older commit gave the same diff or the same message
+        if keys & seen:
             mined.skipped["same input or reference as an older commit"] += 1
             continue
         seen |= keys
@@ -182,14 +200,17 @@ def default_out(skill: Skill, repo: str) -> Path:
     """Beside the skill's tasks; for a skill shipped inside an installed package, in the working
     directory instead (never into site-packages)."""
     slug = re.sub(r"[^a-z0-9._-]+", "-", Path(repo).resolve().name.lower()).strip("-.") or "repo"
-    installed = skill.path.resolve().is_relative_to(Path(__file__).resolve().parent.parent)  # inside skill_rl/
+    # inside skill_rl/
+    installed = skill.path.resolve().is_relative_to(Path(__file__).resolve().parent.parent)
     return (Path.cwd() if installed else skill.path) / f"tasks-from-{slug}.jsonl"
 
 
 def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
     if skill.checks is None or not callable(getattr(skill.checks, HOOK, None)):
-        raise MiningError(f"skill {skill.name!r} cannot mine tasks: its checks.py defines no {HOOK}(commit) "
-                          "(see the README, 'Tasks from your history')")
+        raise MiningError(
+            f"skill {skill.name!r} cannot mine tasks: its checks.py defines no {HOOK}(commit) "
+            "(see the README, 'Tasks from your history')"
+        )
     if not 0 <= args.val_fraction < 1:
         raise MiningError(f"--val-fraction must be at least 0 and below 1, got {args.val_fraction}")
     if (args.limit is not None and args.limit < 1) or args.max_diff_chars < 1:
@@ -197,7 +218,8 @@ def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
     if not args.tasks_from_git.strip() or not args.rev.strip() or "\0" in args.rev:
         raise MiningError("--tasks-from-git and --rev must not be empty")
     out = args.out or default_out(skill, args.tasks_from_git)
-    refuse_inputs(out, skill_files(skill))  # SKILL.md, checks.py, tasks.jsonl: never an output, --force or not
+    # SKILL.md, checks.py, tasks.jsonl: never an output, --force or not
+    refuse_inputs(out, skill_files(skill))
     if out.is_dir() or not out.parent.is_dir():
         raise MiningError(f"--out {out}: must be a file in an existing folder")
     if problem := replace_problem(out):
@@ -236,13 +258,18 @@ def run(setup, skill: Skill) -> int:
 def report(mined: Mined, args, out: Path) -> str:
     where = f"{args.tasks_from_git} --rev {args.rev}" + (f" --limit {args.limit}" if args.limit else "")
     n = len(mined.lines)
-    head = (f"{n} tasks ({mined.splits['train']} train, {mined.splits['val']} val) -> {display(out)}" if n
-            else "no tasks: nothing written")
+    head = (
+        f"{n} tasks ({mined.splits['train']} train, {mined.splits['val']} val) -> {display(out)}"
+        if n
+        else "no tasks: nothing written"
+    )
     lines = [f"mined {mined.commits} commits of {where}: {head}"]
     if mined.skipped:
         lines.append(f"skipped {sum(mined.skipped.values())} commits:")
         lines += [f"  {count:>6}  {reason}" for reason, count in mined.skipped.most_common()]
     if mined.left_out:
-        lines.append("files left out of the kept tasks' diffs: "
-                     + ", ".join(f"{count} {reason}" for reason, count in mined.left_out.most_common()))
+        lines.append(
+            "files left out of the kept tasks' diffs: "
+            + ", ".join(f"{count} {reason}" for reason, count in mined.left_out.most_common())
+        )
     return "\n".join(lines)

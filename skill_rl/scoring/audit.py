@@ -25,17 +25,24 @@ from skill_rl.scoring.usage import JudgeUsage
 from skill_rl.skills import Skill
 
 DEFAULT_TASKS = 8
-WIN_SHARE = 0.10  # the contract's: every exploit below the reference on at least 90 % of the tasks
-OTHERS = 3  # other tasks' references tried per task ("another task's reference"), as bench/exploits.py's judged columns
+# the contract's: every exploit below the reference on at least 90 % of the tasks
+WIN_SHARE = 0.10
+# other tasks' references tried per task ("another task's reference"), as bench/exploits.py's judged columns
+OTHERS = 3
 
 
 @dataclass
 class Audit:
-    rates: list  # exploits.Rate per family, in catalogue order
-    tasks: int  # tasks audited
-    usage: JudgeUsage  # the judge's responses, tokens and cost for the audit (cache hits cost nothing)
-    judge_failed: int  # groups the judge failed on, scored by the checks alone
-    judged: bool  # False: --judge none, the checks alone
+    # exploits.Rate per family, in catalogue order
+    rates: list
+    # tasks audited
+    tasks: int
+    # the judge's responses, tokens and cost for the audit (cache hits cost nothing)
+    usage: JudgeUsage
+    # groups the judge failed on, scored by the checks alone
+    judge_failed: int
+    # False: --judge none, the checks alone
+    judged: bool
 
     def winners(self) -> list:
         """Families the reward does not rank below the reference on more than WIN_SHARE of their tasks."""
@@ -51,8 +58,11 @@ async def run_audit(skill: Skill, scorer, n: int = DEFAULT_TASKS) -> Audit:
     """Score the exploit families against the references of `n` train tasks with the scorer's reward."""
     tasks = audit_tasks(skill, n)
     if not tasks:
-        raise Exit(2, f"{skill.tasks_path}: no train task has a reference, and the judge audit compares the "
-                      "skill's exploits with references: add references, or pass --audit-tasks 0 to skip it")
+        raise Exit(
+            2,
+            f"{skill.tasks_path}: no train task has a reference, and the judge audit compares the "
+            "skill's exploits with references: add references, or pass --audit-tasks 0 to skip it",
+        )
     ctx = exploits.context(skill, tasks, others=OTHERS)
     mark = scorer.usage.copy()
     rates, failed = await exploits.rates_judged(ctx, scorer)
@@ -87,8 +97,11 @@ def print_audit(audit: Audit, skill: Skill, scorer) -> None:
         if line := scorer.cache_line():
             print(f"audit: {line}")
     if audit.judge_failed:
-        print(f"warning: the judge failed on {audit.judge_failed} of {audit.tasks} audit group(s): those were scored by "
-              "the checks alone", file=sys.stderr)
+        print(
+            f"warning: the judge failed on {audit.judge_failed} of {audit.tasks} audit group(s): those were scored by "
+            "the checks alone",
+            file=sys.stderr,
+        )
 
 
 def verdict(audit: Audit, accepted: bool) -> str | None:
@@ -97,14 +110,20 @@ def verdict(audit: Audit, accepted: bool) -> str | None:
     if not winners:
         return None
     names = "; ".join(f"{r.exploit!r} (reference above on {share(r)})" for r in winners)
-    line = (f"the reward does not rank the reference above {len(winners)} exploit famil{'y' if len(winners) == 1 else 'ies'} "
-            f"on more than {WIN_SHARE:.0%} of the audited tasks: {names}")
+    line = (
+        f"the reward does not rank the reference above {len(winners)} exploit famil{'y' if len(winners) == 1 else 'ies'} "
+        f"on more than {WIN_SHARE:.0%} of the audited tasks: {names}"
+    )
     if accepted:
-        print(f"warning: {line}; accepted with --accept-exploits: a policy can climb this reward by writing them",
-              file=sys.stderr)
+        print(
+            f"warning: {line}; accepted with --accept-exploits: a policy can climb this reward by writing them",
+            file=sys.stderr,
+        )
         return None
-    return (f"{line}. A policy trained on this reward can climb it by writing them: fix the judge (--judge-model) or "
-            "the skill's checks, or pass --accept-exploits to train anyway")
+    return (
+        f"{line}. A policy trained on this reward can climb it by writing them: fix the judge (--judge-model) or "
+        "the skill's checks, or pass --accept-exploits to train anyway"
+    )
 
 
 async def guard(s, skill: Skill, judge) -> None:
@@ -114,7 +133,9 @@ async def guard(s, skill: Skill, judge) -> None:
     if not s.audit_tasks or judge is None:
         return
     if not audit_tasks(skill, 1):
-        print("note: no judge audit: no train task has a reference to rank the skill's exploits against", file=sys.stderr)
+        print(
+            "note: no judge audit: no train task has a reference to rank the skill's exploits against", file=sys.stderr
+        )
         return
     scorer = Scorer(skill, judge)
     audit = await run_audit(skill, scorer, s.audit_tasks)
@@ -140,5 +161,7 @@ def run(setup, skill: Skill) -> int:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
     if not audit.winners():
-        print(f"ok: every exploit family ranked below the reference on at least {1 - WIN_SHARE:.0%} of the audited tasks")
+        print(
+            f"ok: every exploit family ranked below the reference on at least {1 - WIN_SHARE:.0%} of the audited tasks"
+        )
     return 0

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from skill_rl.scoring.usage import JudgeUsage
 
-VERSION = 1  # of the key's recipe and of how candidates are shown to the judge: bump when either changes
+# of the key's recipe and of how candidates are shown to the judge: bump when either changes
+VERSION = 1
 FILE = "judge.sqlite3"
 
 
@@ -38,11 +39,20 @@ def key(model: str, base_url: str | None, rubric: str, skill_md: str, task_input
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        art = version("openpipe-art")  # RULER's own prompt is part of what the judge reads
+        # RULER's own prompt is part of what the judge reads
+        art = version("openpipe-art")
     except PackageNotFoundError:
         art = None
-    parts = {"v": VERSION, "art": art, "model": model, "base_url": (base_url or "").rstrip("/"), "rubric": rubric,
-             "skill_md": hashlib.sha256(skill_md.encode()).hexdigest(), "input": task_input, "outputs": outputs}
+    parts = {
+        "v": VERSION,
+        "art": art,
+        "model": model,
+        "base_url": (base_url or "").rstrip("/"),
+        "rubric": rubric,
+        "skill_md": hashlib.sha256(skill_md.encode()).hexdigest(),
+        "input": task_input,
+        "outputs": outputs,
+    }
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
@@ -80,10 +90,12 @@ class JudgeCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._private()
             return self._connect()
-        except sqlite3.OperationalError as e:  # cannot open, locked, read-only: left as it is
+        # cannot open, locked, read-only: left as it is
+        except sqlite3.OperationalError as e:
             self._report(f"warning: judge cache {self.path} cannot be used ({e}); judging without it")
             return None
-        except sqlite3.DatabaseError as e:  # not a database, or not ours: keep it aside, start afresh
+        # not a database, or not ours: keep it aside, start afresh
+        except sqlite3.DatabaseError as e:
             aside = self.path.with_name(self.path.name + ".corrupt")
             try:
                 os.replace(self.path, aside)
@@ -92,8 +104,10 @@ class JudgeCache:
             except (OSError, sqlite3.Error) as again:
                 self._report(f"warning: judge cache {self.path} cannot be used ({e}; {again}); judging without it")
                 return None
-            self._report(f"warning: judge cache {self.path} was not a readable cache ({e}); moved to {aside.name}, "
-                         "starting a fresh one")
+            self._report(
+                f"warning: judge cache {self.path} was not a readable cache ({e}); moved to {aside.name}, "
+                "starting a fresh one"
+            )
             return db
         except (OSError, sqlite3.Error) as e:
             self._report(f"warning: judge cache {self.path} cannot be used ({e}); judging without it")
@@ -108,7 +122,8 @@ class JudgeCache:
             os.chmod(self.path, 0o600)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)  # autocommit: each entry durable at once
+        # autocommit: each entry durable at once
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         try:
             db.execute("CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             db.execute("SELECT key, value FROM judgements LIMIT 1").fetchall()
@@ -131,9 +146,11 @@ class JudgeCache:
             scores = [(float(s), str(e)) for s, e in value["scores"]] if value else None
             saved = JudgeUsage(**value.get("usage", {})) if value else None
         except (ValueError, TypeError, KeyError, AttributeError):
-            return None  # an entry that is not ours: the judge is asked, and the answer replaces it
+            # an entry that is not ours: the judge is asked, and the answer replaces it
+            return None
         if scores is None or len(scores) != outputs or not all(0.0 <= s <= 1.0 for s, _ in scores):
-            return None  # not what this call would return: ask the judge
+            # not what this call would return: ask the judge
+            return None
         self.tally.hits += 1
         self.tally.saved.add(saved)
         return scores
@@ -149,8 +166,10 @@ class JudgeCache:
             self._disable(e)
 
     def _disable(self, error: Exception) -> None:
-        self._report(f"warning: judge cache {self.path} failed ({type(error).__name__}: {error}); judging without it "
-                     "for the rest of this run")
+        self._report(
+            f"warning: judge cache {self.path} failed ({type(error).__name__}: {error}); judging without it "
+            "for the rest of this run"
+        )
         if self._db is not None:
             self._db.close()
         self._db = None

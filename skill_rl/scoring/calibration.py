@@ -19,8 +19,10 @@ from skill_rl.scoring.checks import is_estimate, run_checks, scoring
 from skill_rl.scoring.rubric import combine, skill_checks
 from skill_rl.skills import Skill, Task
 
-MIN_PASS = 0.97  # each check passes at least this share of the human answers it applies to
-LOW, MAX_LOW = 0.8, 0.03  # at most this share of the human answers score below LOW
+# each check passes at least this share of the human answers it applies to
+MIN_PASS = 0.97
+# at most this share of the human answers score below LOW
+LOW, MAX_LOW = 0.8, 0.03
 
 
 @dataclass
@@ -28,10 +30,12 @@ class CheckRate:
     """One check on the human answers of one fixture."""
 
     name: str
-    kind: str  # fact or estimate
+    # fact or estimate
+    kind: str
     passed: int = 0
     applied: int = 0
-    failures: list[str] = field(default_factory=list)  # task ids, the first few
+    # task ids, the first few
+    failures: list[str] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -42,10 +46,13 @@ class CheckRate:
 class Calibration:
     """The human answers of one fixture: how many keep the hard format, each check's pass rate, and the rewards."""
 
-    tasks: int = 0  # tasks with a reference
-    kept: int = 0  # of those, references that keep the hard format (every gate passes)
+    # tasks with a reference
+    tasks: int = 0
+    # of those, references that keep the hard format (every gate passes)
+    kept: int = 0
     checks: dict[str, CheckRate] = field(default_factory=dict)
-    rewards: list[float] = field(default_factory=list)  # checks-only reward of each kept reference
+    # checks-only reward of each kept reference
+    rewards: list[float] = field(default_factory=list)
 
     @property
     def low(self) -> float:
@@ -91,8 +98,12 @@ def calibrate(skill: Skill, tasks: list[Task] | None = None, extra: list[Callabl
 
 def problems(cal: Calibration, label: str) -> list[str]:
     """One line per way `cal` misses the calibration bounds (module docstring)."""
-    lines = [f"{label}: check {r.name} ({r.kind}) passes {r.passed}/{r.applied} = {r.rate:.1%} of the human answers "
-             f"(< {MIN_PASS:.0%}), e.g. {', '.join(r.failures)}" for r in cal.checks.values() if r.rate < MIN_PASS]
+    lines = [
+        f"{label}: check {r.name} ({r.kind}) passes {r.passed}/{r.applied} = {r.rate:.1%} of the human answers "
+        f"(< {MIN_PASS:.0%}), e.g. {', '.join(r.failures)}"
+        for r in cal.checks.values()
+        if r.rate < MIN_PASS
+    ]
     if cal.low > MAX_LOW:
         lines.append(f"{label}: {cal.low:.1%} of the human answers score below {LOW} (> {MAX_LOW:.0%})")
     return lines

@@ -24,8 +24,10 @@ from skill_rl.text import brief, show
 from skill_rl.watchdog import Timeout, Watchdog
 
 PLACEHOLDER = re.compile(r"<([^<>\n|]+(?:\|[^<>\n|]+)+)>")
-SECONDS = 5.0  # one call of a skill's categories() on one answer
-MAX_VALUE = 40  # characters of a value kept
+# one call of a skill's categories() on one answer
+SECONDS = 5.0
+# characters of a value kept
+MAX_VALUE = 40
 
 
 def _name(text: str) -> str:
@@ -41,14 +43,15 @@ def declared(skill: Skill) -> list[tuple[str, tuple[str, ...]]]:
             heading = _name(line.lstrip("# "))
         for m in PLACEHOLDER.finditer(line):
             alternatives = tuple(a.strip() for a in m[1].split("|") if a.strip())
-            name = _name(line[:m.start()]) or heading or f"field {len(fields) + 1}"
+            name = _name(line[: m.start()]) or heading or f"field {len(fields) + 1}"
             fields.append((name, alternatives))
     return fields
 
 
 def _pick(line: str, alternatives: tuple[str, ...]) -> str | None:
-    found = [(m.start(), a) for a in alternatives
-             if (m := re.search(rf"(?<![\w-]){re.escape(a)}(?![\w-])", line, re.I))]
+    found = [
+        (m.start(), a) for a in alternatives if (m := re.search(rf"(?<![\w-]){re.escape(a)}(?![\w-])", line, re.I))
+    ]
     return min(found)[1] if found else None
 
 
@@ -60,8 +63,10 @@ def _from_format(fields: list[tuple[str, tuple[str, ...]]]) -> Callable[[str], d
             at = next((i for i, ln in enumerate(lines) if name in _name(ln)), None)
             value = None
             if at is not None:
-                rest = lines[at][re.search(r"[:#]", lines[at]).end():] if re.search(r"[:#]", lines[at]) else lines[at]
-                value = _pick(rest, alternatives) or (_pick(lines[at + 1], alternatives) if at + 1 < len(lines) else None)
+                rest = lines[at][re.search(r"[:#]", lines[at]).end() :] if re.search(r"[:#]", lines[at]) else lines[at]
+                value = _pick(rest, alternatives) or (
+                    _pick(lines[at + 1], alternatives) if at + 1 < len(lines) else None
+                )
             out[name] = value
         return out
 
@@ -79,7 +84,9 @@ def reader(skill: Skill) -> Callable[[str], dict[str, str | None]] | None:
 
 
 def _valid(made) -> dict[str, str | None]:
-    if not isinstance(made, dict) or not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in made.items()):
+    if not isinstance(made, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in made.items()
+    ):
         raise ValueError(f"categories() returned {show(made, 60)}, not a dict of str to str or None")
     return {str.__str__(k)[:MAX_VALUE]: None if v is None else str.__str__(v)[:MAX_VALUE] for k, v in made.items()}
 
@@ -115,6 +122,8 @@ def distributions(rows: list[dict[str, str | None]]) -> dict[str, Counter]:
 
 def describe(counts: dict[str, Counter]) -> str:
     """'type: feat 20, fix 3, docs 1; verdict: approve 6'."""
-    return "; ".join(f"{name}: " + (", ".join(f"{v} {n}" for v, n in c.most_common(6)) + (" ..." if len(c) > 6 else "")
-                                     if c else "none")
-                     for name, c in counts.items())
+    return "; ".join(
+        f"{name}: "
+        + (", ".join(f"{v} {n}" for v, n in c.most_common(6)) + (" ..." if len(c) > 6 else "") if c else "none")
+        for name, c in counts.items()
+    )

@@ -24,19 +24,31 @@ from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.text import brief, display, show
 from skill_rl.watchdog import Timeout, Watchdog
 
-CheckResult = bool | float | None  # None: not applicable to this task
-CHECK_SECONDS = 1.0  # one check on one output; checks are meant to take microseconds
+# None: not applicable to this task
+CheckResult = bool | float | None
+# one check on one output; checks are meant to take microseconds
+CHECK_SECONDS = 1.0
 TIMEOUTS_BEFORE_SKIP = 3
-_timeouts: dict[Callable, int] = {}  # check -> how often it timed out in this process
+# check -> how often it timed out in this process
+_timeouts: dict[Callable, int] = {}
 
 
-DEFAULT_COVERS = 0.5  # of a judged dimension: what its applicable checks without `covers` cover together
-DEFAULT_CUT = 0.25  # of the reward: what an estimate without `cut` takes off when it fails outright
+# of a judged dimension: what its applicable checks without `covers` cover together
+DEFAULT_COVERS = 0.5
+# of the reward: what an estimate without `cut` takes off when it fails outright
+DEFAULT_CUT = 0.25
 KINDS = ("fact", "estimate")
 
 
-def check(dimension: str, *, gate: bool = False, key: bool = False, covers: float | None = None,
-          kind: str = "fact", cut: float | None = None):
+def check(
+    dimension: str,
+    *,
+    gate: bool = False,
+    key: bool = False,
+    covers: float | None = None,
+    kind: str = "fact",
+    cut: float | None = None,
+):
     """Declare a pure function `(output: str, task: Task) -> bool | float | None` as a rubric check.
 
     kind: "fact" (the default) for what the format's rules, `expect` or the input fix: it may pay fully, for the
@@ -57,8 +69,10 @@ def check(dimension: str, *, gate: bool = False, key: bool = False, covers: floa
     if cut is not None and not (isinstance(cut, numbers.Real) and 0 < cut <= 1):
         raise ValueError(f"check cut must be a number in (0, 1], got {cut!r}")
     if kind == "estimate" and (gate or covers is not None):
-        raise ValueError("an estimate check covers nothing and gates nothing (it only cuts, by `cut`); "
-                         "declare it kind='fact' to cover or gate")
+        raise ValueError(
+            "an estimate check covers nothing and gates nothing (it only cuts, by `cut`); "
+            "declare it kind='fact' to cover or gate"
+        )
     if kind == "fact" and cut is not None:
         raise ValueError("check cut is for kind='estimate'; a fact covers a share of its dimension (`covers`)")
 
@@ -84,7 +98,8 @@ def task_inputs() -> tuple[str, ...]:
     return _TASK_INPUTS.get()
 
 
-_INPUTS: dict[int, tuple] = {}  # id(skill.tasks) -> (skill.tasks, their inputs): one tuple object per task set
+# id(skill.tasks) -> (skill.tasks, their inputs): one tuple object per task set
+_INPUTS: dict[int, tuple] = {}
 
 
 def _inputs_of(tasks: tuple[Task, ...]) -> tuple[str, ...]:
@@ -123,7 +138,8 @@ def _describe(thing) -> str:
     if isinstance(thing, BaseException):
         return brief(thing)
     if inspect.iscoroutine(thing) or inspect.isgenerator(thing):
-        thing.close()  # never awaited, and never warned about
+        # never awaited, and never warned about
+        thing.close()
         return "returned a coroutine: checks are plain functions, not async ones"
     return f"returned {show(thing, 60)}, not True/False, a number in [0, 1] or None"
 
@@ -133,8 +149,10 @@ def _valid(value) -> CheckResult:
     if value is None or value is True or value is False:
         return value
     if isinstance(value, numbers.Real):
-        x = float(value)  # OverflowError for a huge int: reported like any other error
-        if -1e-9 <= x <= 1 + 1e-9:  # NaN fails both comparisons
+        # OverflowError for a huge int: reported like any other error
+        x = float(value)
+        # NaN fails both comparisons
+        if -1e-9 <= x <= 1 + 1e-9:
             return min(1.0, max(0.0, x))
     raise ValueError(value)
 
@@ -142,7 +160,8 @@ def _valid(value) -> CheckResult:
 def _settle(fn: Callable, value, error: BaseException | None, dog: Watchdog) -> tuple[CheckResult, str | None]:
     """A check's call that was not plainly True/False/None/a fraction: (its result, None), or (False, why)."""
     if error is None:
-        result, invalid = dog.call(_valid, value)  # user types may run user code
+        # user types may run user code
+        result, invalid = dog.call(_valid, value)
         if invalid is None:
             return result, None
         error = invalid if isinstance(invalid, Timeout) else None
@@ -157,11 +176,17 @@ def _run(fns: list[Callable], output: str, task: Task, dog: Watchdog) -> CheckRe
     results = CheckResults()
     for fn in fns:
         if fn in _timeouts and _timeouts[fn] >= TIMEOUTS_BEFORE_SKIP:
-            results[fn.__name__], results.errors[fn.__name__] = False, f"not run: timed out {TIMEOUTS_BEFORE_SKIP} times already"
+            results[fn.__name__], results.errors[fn.__name__] = (
+                False,
+                f"not run: timed out {TIMEOUTS_BEFORE_SKIP} times already",
+            )
             continue
         value, error = dog.call(fn, output, task)
-        if error is None and (value is None or value is True or value is False or (type(value) is float and 0.0 <= value <= 1.0)):
-            results[fn.__name__] = value  # the common case, in this loop: scoring speed is the loop's speed
+        if error is None and (
+            value is None or value is True or value is False or (type(value) is float and 0.0 <= value <= 1.0)
+        ):
+            # the common case, in this loop: scoring speed is the loop's speed
+            results[fn.__name__] = value
             continue
         value, error = _settle(fn, value, error, dog)
         results[fn.__name__] = value

@@ -25,17 +25,25 @@ from skill_rl.scoring.rubric import score_offline, skill_checks
 from skill_rl.skills import Skill
 
 SAMPLE = 24
-CONTRACT = 0.9  # as tests/test_exploits.py: below the reference on at least 90 % of the tasks
+# as tests/test_exploits.py: below the reference on at least 90 % of the tasks
+CONTRACT = 0.9
 CONSTANT = "one constant answer for every task"
 # the generic families that need no reference, by their names in exploits.GENERIC
-WITHOUT_REFERENCE = (CONSTANT, "a copy of the input", "the Output Format's placeholders", "all sections present but empty")
+WITHOUT_REFERENCE = (
+    CONSTANT,
+    "a copy of the input",
+    "the Output Format's placeholders",
+    "all sections present but empty",
+)
 PLACEHOLDER = re.compile(r"<([^<>\n]+)>")
 
 
 class Family(NamedTuple):
     name: str
-    paid: int  # tasks (answers, for a family of several) that scored as high as the reference, or the checks' most
-    tried: int  # tasks it applied to (answers tried, for a family of several per task)
+    # tasks (answers, for a family of several) that scored as high as the reference, or the checks' most
+    paid: int
+    # tasks it applied to (answers tried, for a family of several per task)
+    tried: int
     unit: str = "tasks"
 
     @property
@@ -46,14 +54,18 @@ class Family(NamedTuple):
 class Contract(NamedTuple):
     families: list[Family]
     with_references: bool
-    tasks: int  # tasks tried
-    of: int  # tasks the skill has (with a reference, when it has any)
-    unmeasured: list[str]  # families that need a reference the skill's tasks lack
+    # tasks tried
+    tasks: int
+    # tasks the skill has (with a reference, when it has any)
+    of: int
+    # families that need a reference the skill's tasks lack
+    unmeasured: list[str]
 
 
 def filled_format(block: str) -> str:
     """The Output Format's template with each placeholder replaced by its own words (`<low | high>` by `low`): one
     well-formed answer that says nothing about any task."""
+
     def fill(m: re.Match) -> str:
         return m.group(1).split("|")[0].strip() or "text"
 
@@ -67,8 +79,12 @@ def measure(skill: Skill) -> Contract:
         sample = refs[:: -(-len(refs) // SAMPLE)]
         ctx = exploits.context(dataclasses.replace(skill, tasks=tuple(sample)), others=3)
         rates = exploits.rates_offline(ctx)
-        families = [Family(r.exploit, r.tried - r.below, r.tried, "answers") if r.several else
-                    Family(r.exploit, r.tasks - r.tasks_below, r.tasks) for r in rates]
+        families = [
+            Family(r.exploit, r.tried - r.below, r.tried, "answers")
+            if r.several
+            else Family(r.exploit, r.tasks - r.tasks_below, r.tasks)
+            for r in rates
+        ]
         return Contract(families, True, len(sample), len(refs), [])
     return _without_references(skill)
 
@@ -87,7 +103,9 @@ def _without_references(skill: Skill) -> Contract:
         for e, score in zip(tried, score_offline(skill, task, outputs)):
             paid[e.name] += score.reward >= 1 - 1e-9
     unmeasured = [e.name for e in exploits.catalogue(skill) if e.name not in paid]
-    return Contract([Family(n, k, len(tasks)) for n, k in paid.items()], False, len(tasks), len(skill.tasks), unmeasured)
+    return Contract(
+        [Family(n, k, len(tasks)) for n, k in paid.items()], False, len(tasks), len(skill.tasks), unmeasured
+    )
 
 
 def advice(skill: Skill, contract: Contract) -> list[str]:
@@ -95,19 +113,28 @@ def advice(skill: Skill, contract: Contract) -> list[str]:
     paid = {f.name for f in contract.families if not f.held}
     out = []
     if not contract.with_references:
-        out.append("a `reference` (a right answer) on some tasks: --check then compares every family with it, and "
-                   "the warm start trains on them")
+        out.append(
+            "a `reference` (a right answer) on some tasks: --check then compares every family with it, and "
+            "the warm start trains on them"
+        )
     if paid & {CONSTANT, "another task's reference"}:
         own = "a check in checks.py" if skill.checks is not None else "a checks.py with a check"
-        out.append(f"`expect` on the tasks (what a right answer must say) and {own} that compares the output with it: "
-                   "nothing the checks read now tells one task's right answer from another's (docs/skills.md)")
+        out.append(
+            f"`expect` on the tasks (what a right answer must say) and {own} that compares the output with it: "
+            "nothing the checks read now tells one task's right answer from another's (docs/skills.md)"
+        )
     if "the answer plus words for the judge" in paid:
-        out.append("a check that refuses words for the grader (skill_rl.scoring.injection.addresses_grader, as the "
-                   "--init template's checks.py does)")
+        out.append(
+            "a check that refuses words for the grader (skill_rl.scoring.injection.addresses_grader, as the "
+            "--init template's checks.py does)"
+        )
     if paid & {"the answer twice", "a 20,000-character answer"}:
-        out.append("a rule in SKILL.md that bounds the answer (each heading once, at most N lines or characters): "
-                   "--check then lists the check derived from it")
+        out.append(
+            "a rule in SKILL.md that bounds the answer (each heading once, at most N lines or characters): "
+            "--check then lists the check derived from it"
+        )
     if not skill_checks(skill):
-        out.append("no check at all: without a judge the reward pays nothing; add an Output Format to SKILL.md or a "
-                   "checks.py")
+        out.append(
+            "no check at all: without a judge the reward pays nothing; add an Output Format to SKILL.md or a checks.py"
+        )
     return out

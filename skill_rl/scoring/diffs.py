@@ -13,10 +13,13 @@ INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)(.*)$")
 
 @dataclass
 class FileDiff:
-    path: str  # the new path (the old one for a deleted file)
+    # the new path (the old one for a deleted file)
+    path: str
     old_path: str | None = None
-    added: set[int] = field(default_factory=set)  # new-file line numbers of '+' lines
-    visible: set[int] = field(default_factory=set)  # new-file line numbers shown: '+' and context
+    # new-file line numbers of '+' lines
+    added: set[int] = field(default_factory=set)
+    # new-file line numbers shown: '+' and context
+    visible: set[int] = field(default_factory=set)
     removed: int = 0
 
 
@@ -47,7 +50,8 @@ def parse_diff(text: str) -> Diff:
     old_path = None
     new_line = old_left = new_left = 0
     for line in text.split("\n"):
-        if old_left > 0 or new_left > 0:  # inside a hunk
+        # inside a hunk
+        if old_left > 0 or new_left > 0:
             tag = line[:1]
             if tag == "+":
                 cur.added.add(new_line), cur.visible.add(new_line)
@@ -61,9 +65,11 @@ def parse_diff(text: str) -> Diff:
                 cur.visible.add(new_line)
                 new_line, old_left, new_left = new_line + 1, old_left - 1, new_left - 1
                 continue
-            if tag == "\\":  # "\ No newline at end of file"
+            # "\ No newline at end of file"
+            if tag == "\\":
                 continue
-            old_left = new_left = 0  # a malformed hunk ends here
+            # a malformed hunk ends here
+            old_left = new_left = 0
         if line.startswith("--- "):
             old_path = _strip(line[4:])
         elif line.startswith("+++ "):
@@ -80,7 +86,7 @@ def parse_diff(text: str) -> Diff:
 def _swap_side(path: str, prefix: str) -> str:
     """`b/x` as the other side's `a/x` (quoted paths too); /dev/null stays."""
     quote = '"' if path.startswith('"') else ""
-    bare = path[len(quote):]
+    bare = path[len(quote) :]
     return path if path == "/dev/null" else quote + prefix + (bare[2:] if bare[:2] in ("a/", "b/") else bare)
 
 
@@ -113,7 +119,8 @@ def reverse_diff(text: str) -> str:
     for line in text.split("\n"):
         tag = line[:1]
         if in_hunk and tag in ("+", "-", "\\"):
-            if tag == "\\":  # "\ No newline at end of file" stays after the line it describes
+            # "\ No newline at end of file" stays after the line it describes
+            if tag == "\\":
                 (last if last is not None else out).append(line)
             else:
                 last = minus if tag == "+" else plus
@@ -124,7 +131,7 @@ def reverse_diff(text: str) -> str:
         if m := HUNK.match(line):
             in_hunk = True
             old, new = m[1] + (f",{m[2]}" if m[2] is not None else ""), m[3] + (f",{m[4]}" if m[4] is not None else "")
-            out.append(f"@@ -{new} +{old} @@{line[m.end():]}")
+            out.append(f"@@ -{new} +{old} @@{line[m.end() :]}")
         elif in_hunk and not line.startswith("diff --git "):
             out.append(line)
         else:
@@ -135,9 +142,12 @@ def reverse_diff(text: str) -> str:
 
 # ------------------------------------------------------------------ vocabulary (grounding)
 
-WORD = re.compile(r"\d+(?:\.\d+)*|[A-Za-z][A-Za-z0-9]*")  # a version like 3.12, or a name (split at _ - . /)
-PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # camelCase and PascalCase parts
-FILLER = frozenset(  # words that name nothing in a diff: grammar, generic verbs and nouns of change
+# a version like 3.12, or a name (split at _ - . /)
+WORD = re.compile(r"\d+(?:\.\d+)*|[A-Za-z][A-Za-z0-9]*")
+# camelCase and PascalCase parts
+PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+# words that name nothing in a diff: grammar, generic verbs and nouns of change
+FILLER = frozenset(
     "a an the to of in on for with and or from by as at into onto over under when before after instead not no "
     "its their all each every only per than that this these those via so be is are we our out up off then it "
     "one two three four five six seven eight nine ten "
@@ -145,11 +155,12 @@ FILLER = frozenset(  # words that name nothing in a diff: grammar, generic verbs
     "supports handle handles allow allows set sets move moves rename replace bump upgrade refactor apply clean "
     "tidy simplify adjust ensure avoid prevent keep let file files project repo repository codebase thing things "
     "more less better proper properly logic handling feature features functionality behaviour behavior "
-    "implementation module modules problem problems case cases way ways part parts".split())
+    "implementation module modules problem problems case cases way ways part parts".split()
+)
 # Words engineers use for a kind of change rather than for anything the diff spells out.
 KIND_WORDS = {
     "docs": "doc docs documentation document comment comments docstring readme guide tsdoc jsdoc javadoc rustdoc "
-            "link links typo typos wording words spelling grammar",
+    "link links typo typos wording words spelling grammar",
     "tests": "test tests testing coverage unit spec fixture fixtures assert assertion",
     "ci": "ci pipeline workflow workflows job jobs actions runner",
     "deps": "deps dependency dependencies version versions package packages library libraries toolchain lockfile pin",
@@ -159,12 +170,27 @@ KIND_WORDS = {
 DEPS_FILES = frozenset(
     "package.json package-lock.json yarn.lock pnpm-lock.yaml cargo.toml cargo.lock go.mod go.sum pyproject.toml "
     "pipfile pipfile.lock poetry.lock uv.lock pom.xml build.gradle build.gradle.kts gemfile gemfile.lock "
-    "composer.json composer.lock .tool-versions".split())
+    "composer.json composer.lock .tool-versions".split()
+)
 CI_PATHS = (".github/workflows/", ".gitlab-ci", ".circleci/", "jenkinsfile", "azure-pipelines", ".travis")
 COMMENT = re.compile(r"^[+-][ \t]*(?:#|//|/\*|\*|<!--|\"\"\"|--)")
 NOT_FORMAT = str.maketrans("", "", " \t'\"`,;()[]{}")
-MARKUP = ("diff --git ", "index ", "--- ", "+++ ", "new file mode", "deleted file mode", "old mode", "new mode",
-          "similarity index", "rename from", "rename to", "copy from", "copy to", "Binary files")
+MARKUP = (
+    "diff --git ",
+    "index ",
+    "--- ",
+    "+++ ",
+    "new file mode",
+    "deleted file mode",
+    "old mode",
+    "new mode",
+    "similarity index",
+    "rename from",
+    "rename to",
+    "copy from",
+    "copy to",
+    "Binary files",
+)
 
 
 @lru_cache(maxsize=65536)
@@ -173,8 +199,13 @@ def key(word: str) -> str:
     w = word.lower()
     if w[0].isdigit():
         return w
-    for ending in ("ing", "ed", "es", "s"):  # not the "ed" of "speed", "need": their plurals keep it
-        if w.endswith(ending) and len(w) - len(ending) >= (2 if ending == "ed" else 3) and not w.endswith(("ss", "eed")):
+    # not the "ed" of "speed", "need": their plurals keep it
+    for ending in ("ing", "ed", "es", "s"):
+        if (
+            w.endswith(ending)
+            and len(w) - len(ending) >= (2 if ending == "ed" else 3)
+            and not w.endswith(("ss", "eed"))
+        ):
             w = w[: -len(ending)]
             break
     return (w.rstrip("e") or w)[:5]
@@ -186,7 +217,9 @@ def keys(token: str) -> frozenset[str]:
     prefixes (3.12.1.4 -> 3.12, 3.12.1)."""
     if token[0].isdigit():
         parts = token.split(".")
-        return frozenset({token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, min(len(parts), 4)))})
+        return frozenset(
+            {token, token.lstrip("0") or "0", *(".".join(parts[:i]) for i in range(2, min(len(parts), 4)))}
+        )
     return frozenset({key(token), *(key(p) for p in PART.findall(token) if len(p) >= 3)})
 
 
@@ -195,11 +228,20 @@ def _path_kinds(path: str) -> set[str]:
     *dirs, name = path.lower().split("/")
     stem, *exts = name.split(".")
     kinds = set()
-    if (exts and exts[-1] in ("md", "rst", "adoc") or {"doc", "docs"} & set(dirs)
-            or exts[-1:] == ["txt"] and not stem.startswith("requirements")):
+    if (
+        exts
+        and exts[-1] in ("md", "rst", "adoc")
+        or {"doc", "docs"} & set(dirs)
+        or exts[-1:] == ["txt"]
+        and not stem.startswith("requirements")
+    ):
         kinds.add("docs")
-    if ({"test", "tests", "spec", "__tests__", "testdata"} & set(dirs) or stem.startswith("test_")
-            or stem.endswith(("_test", "-test", "test", "tests")) or {"test", "spec"} & set(exts[:-1])):
+    if (
+        {"test", "tests", "spec", "__tests__", "testdata"} & set(dirs)
+        or stem.startswith("test_")
+        or stem.endswith(("_test", "-test", "test", "tests"))
+        or {"test", "spec"} & set(exts[:-1])
+    ):
         kinds.add("tests")
     if path.lower().startswith(CI_PATHS):
         kinds.add("ci")
@@ -239,7 +281,8 @@ def vocabulary(diff: str) -> frozenset[str]:
     for token in WORD.findall(text):
         if not (token.isdigit() and len(token) < 2):
             out |= keys(token)
-            out.add(token.lower())  # whole, for compound names ("LruCache" must be there as one name)
+            # whole, for compound names ("LruCache" must be there as one name)
+            out.add(token.lower())
     for kind in kinds(diff):
         out |= {key(w) for w in KIND_WORDS[kind].split()}
     return frozenset(out)
@@ -248,8 +291,11 @@ def vocabulary(diff: str) -> frozenset[str]:
 @lru_cache(maxsize=8192)
 def specific_words(text: str, filler: frozenset[str] = FILLER) -> tuple[str, ...]:
     """The distinct words of `text` that could name something: not filler, at least three letters (two digits)."""
-    words = {w.lower(): w for w in WORD.findall(text)
-             if w.lower() not in filler and (len(w) > 2 or w[0].isdigit() and len(w) > 1)}
+    words = {
+        w.lower(): w
+        for w in WORD.findall(text)
+        if w.lower() not in filler and (len(w) > 2 or w[0].isdigit() and len(w) > 1)
+    }
     return tuple(words.values())
 
 
@@ -297,15 +343,19 @@ def invented(text: str, vocab: frozenset[str]) -> list[str]:
 # by how specific it is to this diff's *changed lines*, contrasted with a background of words that fit nearly
 # every diff (language keywords and the generic nouns of code, written here; not tuned on any task set).
 
-COMMON = frozenset(key(w) for w in (
-    # keywords and literals of the common languages
-    "if else elif for while return import from export default const let var def class function func fn "
-    "public private protected static final void new delete try catch except finally throw throws raise "
-    "async await yield true false null none nil undefined self this super type interface struct enum impl "
-    "package module require include extends implements switch break continue case pub mut use mod match "
-    "int str string bool boolean float double char byte object array dict "
-    # the nouns of any code (the skill's own common words come from its tasks: `background`)
-    "error errors value values name names data".split()))
+COMMON = frozenset(
+    key(w)
+    for w in (
+        # keywords and literals of the common languages
+        "if else elif for while return import from export default const let var def class function func fn "
+        "public private protected static final void new delete try catch except finally throw throws raise "
+        "async await yield true false null none nil undefined self this super type interface struct enum impl "
+        "package module require include extends implements switch break continue case pub mut use mod match "
+        "int str string bool boolean float double char byte object array dict "
+        # the nouns of any code (the skill's own common words come from its tasks: `background`)
+        "error errors value values name names data".split()
+    )
+)
 
 
 @lru_cache(maxsize=1024)
@@ -329,8 +379,10 @@ def file_stems(diff: str) -> frozenset[str]:
     return frozenset(w.lower() for p in parse_diff(diff).files for w in WORD.findall(p.rsplit("/", 1)[-1]))
 
 
-COMMON_SHARE = 0.2  # a word on the changed lines of a fifth or more of the skill's diffs fits them all
-MIN_BACKGROUND = 10  # fewer diffs than this: too few to tell a common word from a specific one
+# a word on the changed lines of a fifth or more of the skill's diffs fits them all
+COMMON_SHARE = 0.2
+# fewer diffs than this: too few to tell a common word from a specific one
+MIN_BACKGROUND = 10
 
 
 def background(inputs: tuple[str, ...]) -> frozenset[str]:
@@ -347,12 +399,14 @@ def background(inputs: tuple[str, ...]) -> frozenset[str]:
 
 def current_background() -> frozenset[str]:
     """`background` of the skill's tasks being scored (empty outside scoring, or for a small skill)."""
-    from skill_rl.scoring.checks import task_inputs  # the skill's tasks while scoring (rubric.scoring)
+    # the skill's tasks while scoring (rubric.scoring)
+    from skill_rl.scoring.checks import task_inputs
 
     inputs = task_inputs()
     if not inputs:
         return frozenset()
-    entry = _BACKGROUNDS.get(id(inputs))  # by identity: hashing every task's input per check call would be slow
+    # by identity: hashing every task's input per check call would be slow
+    entry = _BACKGROUNDS.get(id(inputs))
     if entry is None or entry[0] is not inputs:
         if len(_BACKGROUNDS) >= 8:
             _BACKGROUNDS.pop(next(iter(_BACKGROUNDS)))
@@ -368,9 +422,14 @@ def common(word: str, contrast: frozenset[str] = frozenset()) -> bool:
     diffs (`contrast`, from `background`), by its key; a compound name (`LruCache`) only by itself."""
     if CAMEL.search(word):
         return word.lower() in contrast
-    if word.isdigit() and len(word) <= 2:  # a small number is on most diffs' lines
+    # a small number is on most diffs' lines
+    if word.isdigit() and len(word) <= 2:
         return True
-    return key(word) in COMMON or word.lower() in COMMON or (bool(contrast) and (key(word) in contrast or word.lower() in contrast))
+    return (
+        key(word) in COMMON
+        or word.lower() in COMMON
+        or (bool(contrast) and (key(word) in contrast or word.lower() in contrast))
+    )
 
 
 def specificity(word: str, diff: str, contrast: frozenset[str] | None = None) -> float:
@@ -430,7 +489,9 @@ def is_list(text: str) -> bool:
     if len(items) < 2:
         return False
     first = items[0].split()
-    items[0] = " ".join(first[1:]) if len(first) > 1 else items[0]  # "update a, b": the verb is not an item
-    if any(w in FILLER for i in items for w in i.lower().split()):  # "x and more": a sentence, not names
+    # "update a, b": the verb is not an item
+    items[0] = " ".join(first[1:]) if len(first) > 1 else items[0]
+    # "x and more": a sentence, not names
+    if any(w in FILLER for i in items for w in i.lower().split()):
         return False
     return all(len(i.split()) == 1 for i in items) or len(items) >= 3 and all(len(i.split()) <= 2 for i in items)

@@ -29,19 +29,29 @@ import unicodedata
 
 # Chat-template and RULER markup that no task's answer needs.
 MARKUP = re.compile(r"</?\s*trajectory\b|<\|im_(?:start|end)\|>|<\|(?:system|user|assistant)\|>")
-IGNORE = re.compile(r"\b(?:ignore|disregard)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?(?:previous\s+|prior\s+|above\s+|"
-                    r"grading\s+|scoring\s+)?(?:instructions|rubric|criteria)\b")
+IGNORE = re.compile(
+    r"\b(?:ignore|disregard)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?(?:previous\s+|prior\s+|above\s+|"
+    r"grading\s+|scoring\s+)?(?:instructions|rubric|criteria)\b"
+)
 # A line that speaks to the grader ("Note to the judge:", "Grader:").
-ADDRESS = re.compile(r"^[^\w\n]{0,8}(?:(?:note\s+to|dear|attention|hey|hi|to)\s+(?:the\s+)?)?"
-                     r"(?:grader|judge|evaluator|scorer|rater)s?\b\s*[:,]", re.M)
+ADDRESS = re.compile(
+    r"^[^\w\n]{0,8}(?:(?:note\s+to|dear|attention|hey|hi|to)\s+(?:the\s+)?)?"
+    r"(?:grader|judge|evaluator|scorer|rater)s?\b\s*[:,]",
+    re.M,
+)
 # Asking for a score: a verb aimed at this answer, then a value, or the grader named on the same line.
-ANSWER_WORDS = "answer|output|response|review|message|commit|candidate|submission|summary|reply|note|notes|text|one|entry"
+ANSWER_WORDS = (
+    "answer|output|response|review|message|commit|candidate|submission|summary|reply|note|notes|text|one|entry"
+)
 ANSWER = f"(?:{ANSWER_WORDS})"
 # ... "this" (or "my" answer, or "me") as the verb's object, followed by nothing, a value or an article: "rate this
 # product page first" rates something else.
-ASK = re.compile(r"\b(?:score|grade|rate|rank|award|give)\s+(?:(?:this|my)(?:\s+" + ANSWER + r")?|me)"
-                 r"(?=[ \t]*(?:$|[^\w\s]|(?:a|an|as|at|the|with|full|top|perfect|maximum|max|highest|first|best)\b|\d))|"
-                 r"\bthis\s+" + ANSWER + r"\s+(?:deserves|merits|earns|should\s+(?:get|receive|score))\b", re.M)
+ASK = re.compile(
+    r"\b(?:score|grade|rate|rank|award|give)\s+(?:(?:this|my)(?:\s+" + ANSWER + r")?|me)"
+    r"(?=[ \t]*(?:$|[^\w\s]|(?:a|an|as|at|the|with|full|top|perfect|maximum|max|highest|first|best)\b|\d))|"
+    r"\bthis\s+" + ANSWER + r"\s+(?:deserves|merits|earns|should\s+(?:get|receive|score))\b",
+    re.M,
+)
 VALUE = re.compile(r"\b(?:1\.0|10/10|100 ?%|full|perfect|maximum|max|highest|top|best|first)\b")
 GRADER = re.compile(r"\b(?:grader|judge|evaluator|scorer|rater|reward model)s?\b")
 GRADER_WORDS = ("grader", "judge", "evaluator", "scorer", "rater", "reward model")
@@ -49,7 +59,8 @@ ASK_WORDS = frozenset("score grade rate rank award give deserves merits earns sh
 
 
 def _asks_for_score(low: str) -> bool:
-    checked = -1  # end of the last line examined: each line is searched at most once
+    # end of the last line examined: each line is searched at most once
+    checked = -1
     for ask in ASK.finditer(low):
         if ask.start() < checked:
             continue
@@ -62,8 +73,24 @@ def _asks_for_score(low: str) -> bool:
 
 # Characters that render as nothing (zero-width spaces and joiners, word joiner, BOM, soft hyphen, bidi
 # controls) and control characters other than tab and newline: a phrase split by them reads the same to a judge.
-INVISIBLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0), 0xAD, 0x034F,
-                           0x061C, 0x180E, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070), 0xFEFF])
+INVISIBLE = dict.fromkeys(
+    [
+        *range(0x00, 0x09),
+        0x0B,
+        0x0C,
+        *range(0x0E, 0x20),
+        0x7F,
+        *range(0x80, 0xA0),
+        0xAD,
+        0x034F,
+        0x061C,
+        0x180E,
+        *range(0x200B, 0x2010),
+        *range(0x202A, 0x202F),
+        *range(0x2060, 0x2070),
+        0xFEFF,
+    ]
+)
 
 
 def normalise(text: str) -> str:
@@ -73,34 +100,66 @@ def normalise(text: str) -> str:
 
 
 # Who grades, in the languages a policy is likely to switch to (it learns any wording a judge answers to).
-GRADER_ANY = (r"grader|judge|evaluator|scorer|rater|reward\s+model|assessor|examiner|"
-              r"evaluador|evaluadora|calificador|corrector|juez|bewerter|bewerterin|prüfer|gutachter|korrektor|"
-              r"évaluateur|évaluatrice|correcteur|notateur|juge|valutatore|giudice|correttore|avaliador|juiz|"
-              r"评分|评审|裁判|評価者|採点|оценщик")
+GRADER_ANY = (
+    r"grader|judge|evaluator|scorer|rater|reward\s+model|assessor|examiner|"
+    r"evaluador|evaluadora|calificador|corrector|juez|bewerter|bewerterin|prüfer|gutachter|korrektor|"
+    r"évaluateur|évaluatrice|correcteur|notateur|juge|valutatore|giudice|correttore|avaliador|juiz|"
+    r"评分|评审|裁判|評価者|採点|оценщик"
+)
 # What may come before the grader noun in a line that speaks to one: an address ("Note to the", "Nota para el",
 # "Hinweis an den", "À l'attention de l'") and an article; any other word before it makes the grader the line's
 # topic ("Renames the grader:"), not its addressee.
-LEAD_IN = (r"(?:(?:note|notes|message|hint|memo|nota|mensaje|aviso|hinweis|nachricht|notiz|remarque|messaggio|recado)"
-           r"[ \t]+(?:to|for|para|an|für|à|a|pour|per|ao|al)|dear|attention|hey|hi|hello|to|for|querid[oa]|estimad[oa]|"
-           r"atención|lieber?|achtung|an|für|cher|chère|à[ \t]+l'attention[ \t]+(?:de|du|des)|attenzione|gentile|car[oa]|"
-           r"prezad[oa]|atenção|para|al|ao|au|aux|per)[ \t]+")
+LEAD_IN = (
+    r"(?:(?:note|notes|message|hint|memo|nota|mensaje|aviso|hinweis|nachricht|notiz|remarque|messaggio|recado)"
+    r"[ \t]+(?:to|for|para|an|für|à|a|pour|per|ao|al)|dear|attention|hey|hi|hello|to|for|querid[oa]|estimad[oa]|"
+    r"atención|lieber?|achtung|an|für|cher|chère|à[ \t]+l'attention[ \t]+(?:de|du|des)|attenzione|gentile|car[oa]|"
+    r"prezad[oa]|atenção|para|al|ao|au|aux|per)[ \t]+"
+)
 ARTICLE = r"(?:(?:the|el|la|los|las|der|die|den|dem|le|les|il|lo|gli|o|a|os|as)[ \t]+|l'|l’)"
 # A line that opens by speaking to a grader, in any of those languages ("Nota para el evaluador:").
-ADDRESS_ANY = re.compile(r"^[^\w\n]{0,8}" + LEAD_IN + r"?" + ARTICLE + r"?(?:" + GRADER_ANY + r")\w{0,3}[ \t]*[:,!]", re.M)
+ADDRESS_ANY = re.compile(
+    r"^[^\w\n]{0,8}" + LEAD_IN + r"?" + ARTICLE + r"?(?:" + GRADER_ANY + r")\w{0,3}[ \t]*[:,!]", re.M
+)
 # A claim about this answer's grade: full marks (10/10, 100 %) on a line about grading, a top score in any of
 # the languages, or a trailer reporting a grading result (`Quality-Check: passed`, `Review-Status: approved`).
-FRACTION = re.compile(r"(?<![\d.])(?:10[ \t]*/[ \t]*10|5[ \t]*/[ \t]*5|100[ \t]*/[ \t]*100|100[ \t]*%)(?![\w./])")  # full marks
-TOP_SCORE = ("perfect score", "full score", "full marks", "maximum score", "max score", "top score", "highest score",
-             "perfect grade", "top marks", "puntuación máxima", "nota máxima", "calificación máxima", "volle punkt",
-             "höchste punkt", "höchste bewertung", "bestnote", "note maximale", "score parfait", "punteggio massimo",
-             "pontuação máxima")
-GRADE_TRAILER = re.compile(r"^[ \t]{0,8}[\w-]{0,30}(?:quality|score|grade|rating|review|evaluation|assessment|verdict|lgtm)"
-                           r"[\w-]{0,30}[ \t]*:[ \t]*(?:passed|pass|approved|verified|ok|excellent|perfect|lgtm|\d)", re.M)
+# full marks
+FRACTION = re.compile(r"(?<![\d.])(?:10[ \t]*/[ \t]*10|5[ \t]*/[ \t]*5|100[ \t]*/[ \t]*100|100[ \t]*%)(?![\w./])")
+TOP_SCORE = (
+    "perfect score",
+    "full score",
+    "full marks",
+    "maximum score",
+    "max score",
+    "top score",
+    "highest score",
+    "perfect grade",
+    "top marks",
+    "puntuación máxima",
+    "nota máxima",
+    "calificación máxima",
+    "volle punkt",
+    "höchste punkt",
+    "höchste bewertung",
+    "bestnote",
+    "note maximale",
+    "score parfait",
+    "punteggio massimo",
+    "pontuação máxima",
+)
+GRADE_TRAILER = re.compile(
+    r"^[ \t]{0,8}[\w-]{0,30}(?:quality|score|grade|rating|review|evaluation|assessment|verdict|lgtm)"
+    r"[\w-]{0,30}[ \t]*:[ \t]*(?:passed|pass|approved|verified|ok|excellent|perfect|lgtm|\d)",
+    re.M,
+)
 # Words are told by their first letters, so that one pass over the text's words decides whether a regex runs.
-GRADER_STEMS = frozenset("grade judge evalu score rater asses exami calif corre juez bewer prüfe gutac korre évalu "
-                         "notat juge valut giudi avali juiz оценщ model".split())
-GRADED_STEMS = GRADER_STEMS | frozenset("ratin rated quali revie check verdi point mark marks punta puntu punto "
-                                        "nota bewer punkt prüf note punte voto pontu lgtm".split())
+GRADER_STEMS = frozenset(
+    "grade judge evalu score rater asses exami calif corre juez bewer prüfe gutac korre évalu "
+    "notat juge valut giudi avali juiz оценщ model".split()
+)
+GRADED_STEMS = GRADER_STEMS | frozenset(
+    "ratin rated quali revie check verdi point mark marks punta puntu punto "
+    "nota bewer punkt prüf note punte voto pontu lgtm".split()
+)
 TOP_STEMS = frozenset("perfe full maxim max top highe máxim volle höchs bestn parfa massi".split())
 CJK_GRADER = ("评分", "评审", "裁判", "評価者", "採点")
 CJK_TOP = ("满分", "満点", "最高分")
@@ -118,17 +177,21 @@ def _stems(low: str) -> frozenset[str]:
 
 # The answer as a claim's subject: named ("this message", "diese Nachricht", "este mensaje", "cette réponse") or
 # said to deserve something. Without it, "the highest score of the round" or "100% coverage" is about something else.
-SUBJECT = re.compile(r"\b(?:this|these|my|our|diese[rsmn]?|este|esta|estos|estas|ce|cet|cette|questo|questa|esse|essa|isto)"
-                     r"\s+(?:" + ANSWER_WORDS + r"|nachricht|antwort|ausgabe|mensaje|respuesta|salida|réponse|sortie|"
-                     r"risposta|messaggio|resposta|mensagem|saída)\b|\b(?:deserve[sd]?|merits?|earns?|worth|verdient|"
-                     r"verdienen|merece|merecen|mérite|méritent|merita|meritano)\b")
+SUBJECT = re.compile(
+    r"\b(?:this|these|my|our|diese[rsmn]?|este|esta|estos|estas|ce|cet|cette|questo|questa|esse|essa|isto)"
+    r"\s+(?:" + ANSWER_WORDS + r"|nachricht|antwort|ausgabe|mensaje|respuesta|salida|réponse|sortie|"
+    r"risposta|messaggio|resposta|mensagem|saída)\b|\b(?:deserve[sd]?|merits?|earns?|worth|verdient|"
+    r"verdienen|merece|merecen|mérite|méritent|merita|meritano)\b"
+)
 # A line of nothing but a grade ("Score: 10/10", "Overall quality 100%", "Perfect score!"): words from this list
 # and numbers only.
-GRADE_WORDS = frozenset("score scores scored grade graded rating rated rate quality review overall final total result "
-                        "verdict evaluation assessment mark marks points point perfect full maximum max top highest "
-                        "out of is a the my i me get gets got this answer output response message commit it "
-                        "punktzahl punkte bewertung note nota puntuación puntos calificación punteggio voto "
-                        "pontuação".split())
+GRADE_WORDS = frozenset(
+    "score scores scored grade graded rating rated rate quality review overall final total result "
+    "verdict evaluation assessment mark marks points point perfect full maximum max top highest "
+    "out of is a the my i me get gets got this answer output response message commit it "
+    "punktzahl punkte bewertung note nota puntuación puntos calificación punteggio voto "
+    "pontuação".split()
+)
 TOP_PHRASE = re.compile("|".join(map(re.escape, TOP_SCORE)))
 FULL_MARKS = re.compile(r"(?<![\d.])(?:10[ \t]*/[ \t]*10|5[ \t]*/[ \t]*5|100[ \t]*/[ \t]*100)(?![\w./])")
 LETTERS = re.compile(r"[^\W\d_]+")
@@ -154,7 +217,8 @@ def _claims_grade(low: str, stems: frozenset[str]) -> bool:
         return True
     if not stems.isdisjoint(TOP_STEMS):
         at = 0
-        while m := TOP_PHRASE.search(low, at):  # each line is searched once: from a match, on to the next line
+        # each line is searched once: from a match, on to the next line
+        while m := TOP_PHRASE.search(low, at):
             start, at = _line_at(low, m.start(), m.end())
             if _about_the_answer(low[start:at]):
                 return True
@@ -165,7 +229,8 @@ def _claims_grade(low: str, stems: frozenset[str]) -> bool:
         start, at = _line_at(low, m.start(), m.end())
         line = low[start:at]
         if not line.isascii() and (FULL_MARKS.search(line) or any(c in line for c in "分点评評")):
-            return True  # full marks in any language: the line's words are not ones this module reads
+            # full marks in any language: the line's words are not ones this module reads
+            return True
         if not _stems(line).isdisjoint(GRADED_STEMS) and _about_the_answer(line):
             return True
     return False

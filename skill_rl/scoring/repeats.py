@@ -37,14 +37,20 @@ from functools import lru_cache
 
 from skill_rl.scoring.diffs import FILLER, NAMEISH
 
-MIN_LETTERS = 10  # literal letters: a shorter output or line (a label, a verdict; "add § to the §") is not charged
+# literal letters: a shorter output or line (a label, a verdict; "add § to the §") is not charged
+MIN_LETTERS = 10
 # Lines that are structure, not content: a short heading (`## Validation`), a label line (`Root cause:`), a trailer
 # (`Co-authored-by: A Person <a@example.com>`, `Assisted-by: Claude Opus`: a name or up to six words, not a
 # sentence of boilerplate in a trailer's clothes). They repeat between honest answers and pay for nothing.
-STRUCTURE = re.compile(r"^(#{1,6} +\S+(?: +\S+){0,2}|\S+(?: +\S+)? *:"
-                       r"|[A-Za-z]+(?:-[A-Za-z]+)+: (?:\S+(?: \S+){0,5}|.*<[^<>@\s]+@[^<>\s]+>))$")  # a trailer: a name
-FULL_LETTERS = 40  # literal letters of repeated skeleton that cost the whole reward
-COMMON_SHARE = 3  # a word in one in three or more of the step's inputs is the template's, not the task's
+STRUCTURE = re.compile(
+    r"^(#{1,6} +\S+(?: +\S+){0,2}|\S+(?: +\S+)? *:"
+    # a trailer: a name
+    r"|[A-Za-z]+(?:-[A-Za-z]+)+: (?:\S+(?: \S+){0,5}|.*<[^<>@\s]+@[^<>\s]+>))$"
+)
+# literal letters of repeated skeleton that cost the whole reward
+FULL_LETTERS = 40
+# a word in one in three or more of the step's inputs is the template's, not the task's
+COMMON_SHARE = 3
 MASK = "§"
 TOKEN = re.compile(r"`[^`\n]*`|[A-Za-z0-9_$@#./\\-]+|[^\sA-Za-z0-9_$@#./\\-]")
 SPLIT = re.compile(r"[A-Za-z]+|\d+")
@@ -67,7 +73,8 @@ def _masked(token: str, words: frozenset[str], common: frozenset[str]) -> bool:
     bare = token.strip(".-/").lower()
     if not bare or bare in common:
         return False
-    parts = SPLIT.findall(bare)  # `resolve-extends`, `src/cli`: a compound of the task's words
+    # `resolve-extends`, `src/cli`: a compound of the task's words
+    parts = SPLIT.findall(bare)
     return bare in words or len(parts) > 1 and all(p in words for p in parts) and not all(p in common for p in parts)
 
 
@@ -75,7 +82,8 @@ def skeleton(line: str, words: frozenset[str], common: frozenset[str] = frozense
     """(the line's skeleton, its literal letters): the task's words masked (module docstring)."""
     parts = []
     for token in TOKEN.findall(line.strip()):
-        if token[0] == "`" or any(c.isalnum() for c in token):  # `/Users/x/deno5` is a word, `--` is not
+        # `/Users/x/deno5` is a word, `--` is not
+        if token[0] == "`" or any(c.isalnum() for c in token):
             parts.append(MASK if _masked(token, words, common) else token.lower())
         else:
             parts.append(token)
@@ -96,7 +104,8 @@ class Exempt:
 
 
 SPAN = re.compile(r"`([^`\n]+)`")
-CHOICES = re.compile(r"<([^<>\n]*\|[^<>\n]*)>")  # a template placeholder of alternatives, `<approve | request-changes>`
+# a template placeholder of alternatives, `<approve | request-changes>`
+CHOICES = re.compile(r"<([^<>\n]*\|[^<>\n]*)>")
 
 
 def prescribed(skill) -> frozenset[str]:
@@ -112,7 +121,8 @@ def prescribed(skill) -> frozenset[str]:
     return frozenset(x for x in lines + choices + filled + SPAN.findall(fmt) + SPAN.findall(rules) if x.strip())
 
 
-FILLED_MOST = 64  # a template line's fillings, at most: more alternatives than this are not a prescribed line
+# a template line's fillings, at most: more alternatives than this are not a prescribed line
+FILLED_MOST = 64
 
 
 def _filled(line: str) -> list[str]:
@@ -122,7 +132,8 @@ def _filled(line: str) -> list[str]:
     if not CHOICES.search(line) or "<" in CHOICES.sub("", line):
         return []
     out = [""]
-    for i, part in enumerate(CHOICES.split(line)):  # literal text, then a placeholder's alternatives, in turn
+    # literal text, then a placeholder's alternatives, in turn
+    for i, part in enumerate(CHOICES.split(line)):
         options = [c.strip() for c in part.split("|")] if i % 2 else [part]
         out = [head + o for head in out for o in options]
         if len(out) > FILLED_MOST:
@@ -187,9 +198,10 @@ def shares(items: list[tuple[str, str]], skill=None) -> list[float]:
         for skel in lines:
             where.setdefault(skel, set()).add(task)
     out = []
-    for (task, output), lines in zip(items, found):
+    for (_task, output), lines in zip(items, found):
         if len(whole[output.strip()]) > 1 and any(n is not None for n in lines.values()):
-            out.append(1.0)  # another task's output verbatim, and not because it is right for this one
+            # another task's output verbatim, and not because it is right for this one
+            out.append(1.0)
             continue
         charged = {skel: n for skel, n in lines.items() if n is not None and len(where[skel]) > 1}
         out.append(min(1.0, sum(charged.values()) / FULL_LETTERS))

@@ -24,6 +24,7 @@ def bootstrap(values: list[float], reps: int = 1000, seed: int = 0) -> tuple[flo
 
 def summarize(label: str, metrics: list[dict], scorer: Scorer, failures: int = 0) -> dict:
     """One table row from per-output metrics (Score.metrics: a missing key means 'not scored')."""
+
     def mean(key):
         vals = [m[key] for m in metrics if key in m]
         return sum(vals) / len(vals) if vals else None
@@ -31,9 +32,12 @@ def summarize(label: str, metrics: list[dict], scorer: Scorer, failures: int = 0
     rewards = [m["reward"] for m in metrics]
     key_checks = [f.__name__ for f in scorer.fns if f.key]
     return {
-        "model": label, "n": len(metrics), "failures": failures,
+        "model": label,
+        "n": len(metrics),
+        "failures": failures,
         **{d: mean(d) for d in DIMENSIONS},
-        "overall": mean("reward"), "ci95": bootstrap(rewards),
+        "overall": mean("reward"),
+        "ci95": bootstrap(rewards),
         "checks": {k: mean(f"check/{k}") for k in key_checks},
     }
 
@@ -44,14 +48,34 @@ def _cell(x) -> str:
 
 def _rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     checks = list(rows[0]["checks"]) if rows else []
-    tokens = any(r.get("prompt_tokens") is not None for r in rows)  # rows of --eval; validation's have none
-    head = ["model", "n", "format", "procedure", "correctness", "overall", "95% CI", *checks,
-            *(["prompt tokens"] if tokens else []), "failures"]
+    # rows of --eval; validation's have none
+    tokens = any(r.get("prompt_tokens") is not None for r in rows)
+    head = [
+        "model",
+        "n",
+        "format",
+        "procedure",
+        "correctness",
+        "overall",
+        "95% CI",
+        *checks,
+        *(["prompt tokens"] if tokens else []),
+        "failures",
+    ]
     body = []
     for r in rows:
         ci = f"{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}" if r["ci95"] else "—"
-        body.append([r["model"], str(r["n"]), *(_cell(r[d]) for d in (*DIMENSIONS, "overall")), ci,
-                     *(_cell(r["checks"][c]) for c in checks), *([_tokens(r)] if tokens else []), str(r["failures"])])
+        body.append(
+            [
+                r["model"],
+                str(r["n"]),
+                *(_cell(r[d]) for d in (*DIMENSIONS, "overall")),
+                ci,
+                *(_cell(r["checks"][c]) for c in checks),
+                *([_tokens(r)] if tokens else []),
+                str(r["failures"]),
+            ]
+        )
     return head, body
 
 
@@ -69,7 +93,8 @@ def print_table(skill: Skill, rows: list[dict], title: str) -> None:
 
     head, body = _rows(rows)
     console = Console()
-    console.width = max(console.width, 40 + 11 * len(head))  # never shorten a figure to fit a narrow pipe
+    # never shorten a figure to fit a narrow pipe
+    console.width = max(console.width, 40 + 11 * len(head))
     table = Table(title=literal(title))
     for i, h in enumerate(head):
         table.add_column(literal(h), justify="left" if i == 0 else "right")
@@ -85,7 +110,10 @@ def _md_cell(text: str) -> str:
 
 def markdown_table(rows: list[dict]) -> str:
     head, body = _rows(rows)
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
+    ]
     return "\n".join(lines + ["| " + " | ".join(map(_md_cell, line)) + " |" for line in body])
 
 
@@ -99,8 +127,13 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     width = 0.8 / max(1, len(rows))
     fig, ax = plt.subplots(figsize=(8, 4))
     for i, r in enumerate(rows):
-        ax.bar([c + i * width for c in range(len(cols))], [r[c] or 0.0 for c in cols], width, label=chart_text(r["model"]),
-               hatch="//" if r.get("baseline") else None)
+        ax.bar(
+            [c + i * width for c in range(len(cols))],
+            [r[c] or 0.0 for c in cols],
+            width,
+            label=chart_text(r["model"]),
+            hatch="//" if r.get("baseline") else None,
+        )
     ax.set_xticks([c + width * (len(rows) - 1) / 2 for c in range(len(cols))], cols)
     ax.set_ylim(0, 1)
     ax.set_ylabel("mean score")
@@ -110,7 +143,8 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> None:
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
-    atomic_write(path, png.getvalue())  # whole or not at all, never through a link planted at the name
+    # whole or not at all, never through a link planted at the name
+    atomic_write(path, png.getvalue())
 
 
 def uplift(rows: list[dict]) -> dict[str, dict]:
@@ -120,8 +154,10 @@ def uplift(rows: list[dict]) -> dict[str, dict]:
     for r in rows:
         base = by_label.get(f"{r['model']} (no skill)")
         if base and not r["baseline"]:
-            out[r["model"]] = {c: None if r[c] is None or base[c] is None else round(r[c] - base[c], 6)
-                               for c in (*DIMENSIONS, "overall")}
+            out[r["model"]] = {
+                c: None if r[c] is None or base[c] is None else round(r[c] - base[c], 6)
+                for c in (*DIMENSIONS, "overall")
+            }
     return out
 
 
@@ -133,16 +169,23 @@ def saving(rows: list[dict]) -> dict[str, dict]:
         base = by_label.get(f"{r['model']} (no skill)")
         if base and not r["baseline"] and r.get("prompt_tokens") and base.get("prompt_tokens") is not None:
             saved = r["prompt_tokens"] - base["prompt_tokens"]
-            out[r["model"]] = {"with": r["prompt_tokens"], "without": base["prompt_tokens"], "saved": saved,
-                               "fraction": round(saved / r["prompt_tokens"], 6),
-                               "estimated": r["prompt_estimated"] or base["prompt_estimated"]}
+            out[r["model"]] = {
+                "with": r["prompt_tokens"],
+                "without": base["prompt_tokens"],
+                "saved": saved,
+                "fraction": round(saved / r["prompt_tokens"], 6),
+                "estimated": r["prompt_estimated"] or base["prompt_estimated"],
+            }
     return out
 
 
 def saving_lines(result: dict) -> list[str]:
-    return [f"prompt tokens per request, {label}: {s['with']:.0f} with the SKILL.md, {s['without']:.0f} without: "
-            f"{s['saved']:.0f} saved ({s['fraction']:.0%})" + (" (estimated: the server reported no usage)" if s["estimated"] else "")
-            for label, s in result.get("saving", {}).items()]
+    return [
+        f"prompt tokens per request, {label}: {s['with']:.0f} with the SKILL.md, {s['without']:.0f} without: "
+        f"{s['saved']:.0f} saved ({s['fraction']:.0%})"
+        + (" (estimated: the server reported no usage)" if s["estimated"] else "")
+        for label, s in result.get("saving", {}).items()
+    ]
 
 
 WITHOUT_WORDS = {"description": "the description only", "stub": "a one-line stub", "none": "no system prompt"}
@@ -150,9 +193,12 @@ WITHOUT_WORDS = {"description": "the description only", "stub": "a one-line stub
 
 def uplift_lines(result: dict) -> list[str]:
     versus = WITHOUT_WORDS[result.get("without") or "description"]
-    return [f"skill uplift, {label}: overall {_signed(u['overall'])} ("
-            + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS) + f") with the SKILL.md vs {versus}"
-            for label, u in result["uplift"].items()]
+    return [
+        f"skill uplift, {label}: overall {_signed(u['overall'])} ("
+        + ", ".join(f"{d} {_signed(u[d])}" for d in DIMENSIONS)
+        + f") with the SKILL.md vs {versus}"
+        for label, u in result["uplift"].items()
+    ]
 
 
 def _signed(x: float | None) -> str:

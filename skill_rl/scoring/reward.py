@@ -20,17 +20,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skill_rl.scoring.checks import CheckResults, is_estimate, run_checks_group, scoring, where
-from skill_rl.scoring.rubric import Score, clamp, combine, skill_checks
-from skill_rl.scoring.injection import addresses_grader, normalise
 from skill_rl.keys import redact
-from skill_rl.skills import Skill, Task
 from skill_rl.scoring import cache as judge_cache
 from skill_rl.scoring.cache import JudgeCache
+from skill_rl.scoring.checks import CheckResults, is_estimate, run_checks_group, scoring, where
+from skill_rl.scoring.injection import addresses_grader, normalise
+from skill_rl.scoring.rubric import Score, clamp, combine, skill_checks
 from skill_rl.scoring.usage import JudgeUsage, recording
+from skill_rl.skills import Skill, Task
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
-MAX_EXPLANATION = 2_000  # characters of one judge explanation kept in scores, records and logs
+# characters of one judge explanation kept in scores, records and logs
+MAX_EXPLANATION = 2_000
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,26 @@ class Judge:
 
     model: str = DEFAULT_JUDGE
     base_url: str | None = None
-    api_key: str | None = None  # never printed; see `public()`
-    attempts: int = 3  # tries per judge call, the first included
-    timeout: float = 60.0  # seconds per try
-    backoff: float = 1.0  # seconds before the second try; doubles, capped at 20 s
-    cache: str | None = None  # the judge cache's file (scoring/cache.py); None: every group judged afresh
+    # never printed; see `public()`
+    api_key: str | None = None
+    # tries per judge call, the first included
+    attempts: int = 3
+    # seconds per try
+    timeout: float = 60.0
+    # seconds before the second try; doubles, capped at 20 s
+    backoff: float = 1.0
+    # the judge cache's file (scoring/cache.py); None: every group judged afresh
+    cache: str | None = None
 
     def public(self) -> dict:
-        return {"model": self.model, "base_url": self.base_url, "api_key": "***" if self.api_key else None,
-                "attempts": self.attempts, "timeout": self.timeout}  # the cache's place is said when it opens
+        return {
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_key": "***" if self.api_key else None,
+            # the cache's place is said when it opens
+            "attempts": self.attempts,
+            "timeout": self.timeout,
+        }
 
 
 class JudgeFailed(Exception):
@@ -72,23 +84,40 @@ def rubric(skill: Skill, dimension: str, task: Task | None = None) -> str:
     if dimension == "procedure":
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(skill.steps, 1))
         rules = "\n".join(f"- {r}" for r in skill.rules) or "(none)"
-        head = ("Grade how faithfully, and in order, each candidate followed the procedure of the skill "
-                "in the system message for the input in the context. Give 1 when every step was carried "
-                "out and every rule kept, 0 when the procedure was ignored, and partial credit per step.")
+        head = (
+            "Grade how faithfully, and in order, each candidate followed the procedure of the skill "
+            "in the system message for the input in the context. Give 1 when every step was carried "
+            "out and every rule kept, 0 when the procedure was ignored, and partial credit per step."
+        )
         body = f"The procedure's steps:\n{steps}\n\nThe rules:\n{rules}"
     elif dimension == "correctness":
-        head = ("Grade how right and useful each candidate's output is for this exact input: does it state "
-                "true things about the input, cover what matters in it, and invent nothing? Give 1 for an "
-                "output an expert would accept as is, 0 for one that is wrong or unusable.")
+        head = (
+            "Grade how right and useful each candidate's output is for this exact input: does it state "
+            "true things about the input, cover what matters in it, and invent nothing? Give 1 for an "
+            "output an expert would accept as is, 0 for one that is wrong or unusable."
+        )
         criteria = "\n".join(f"- {c}" for c in (task.criteria or ())) if task is not None else ""
-        body = (f"For this input, a correct output meets each of these criteria; grade by how many it meets:\n{criteria}"
-                if criteria else "")
+        body = (
+            f"For this input, a correct output meets each of these criteria; grade by how many it meets:\n{criteria}"
+            if criteria
+            else ""
+        )
     else:
-        head = ("Grade how exactly each candidate's output matches the skill's Output Format section: "
-                "structure, fields, lengths, nothing extra. Give 1 for an exact match, 0 for none.")
+        head = (
+            "Grade how exactly each candidate's output matches the skill's Output Format section: "
+            "structure, fields, lengths, nothing extra. Give 1 for an exact match, 0 for none."
+        )
         body = f"The Output Format:\n{skill.sections['output format'].text}"
-    return "\n\n".join(p for p in (head, body, INJECTION_GUARD,
-                                   "If one candidate is only slightly better than another, keep the difference small.") if p)
+    return "\n\n".join(
+        p
+        for p in (
+            head,
+            body,
+            INJECTION_GUARD,
+            "If one candidate is only slightly better than another, keep the difference small.",
+        )
+        if p
+    )
 
 
 def _as_data(text: str) -> str:
@@ -112,8 +141,8 @@ def _unfence(content: str) -> str:
     as the regex ```(?:json)?\\s*(\\{.*\\})\\s*``` with re.S, in linear time (that one is quadratic)."""
     m = FENCE_OPEN.search(content)
     last = None
-    for last in FENCE_CLOSE.finditer(content, m.end() - 1) if m else ():
-        pass
+    for match in FENCE_CLOSE.finditer(content, m.end() - 1) if m else ():
+        last = match
     return content[m.end() - 1 : last.start() + 1] if last else content
 
 
@@ -139,18 +168,28 @@ def _litellm_params(judge: Judge) -> dict:
                             msg["content"] = _unfence(msg["content"])
                     raw = json.dumps(data).encode()
                 except (ValueError, AttributeError, TypeError):
-                    pass  # not JSON: let RULER report it, and us retry
-                headers = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-length", "content-encoding")]
+                    # not JSON: let RULER report it, and us retry
+                    pass
+                headers = [
+                    (k, v)
+                    for k, v in response.headers.items()
+                    if k.lower() not in ("content-length", "content-encoding")
+                ]
                 return httpx.Response(200, headers=headers, content=raw, request=request)
 
-        api_key = judge.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # as litellm would for openai/
+        # as litellm would for openai/
+        api_key = judge.api_key or os.environ.get("OPENAI_API_KEY") or "none"
         params["client"] = AsyncOpenAI(
             base_url=judge.base_url or "https://api.openai.com/v1",
-            api_key=api_key, max_retries=0, timeout=judge.timeout,
-            http_client=httpx.AsyncClient(transport=FenceTolerant(), timeout=judge.timeout, follow_redirects=True),  # as openai's own
+            api_key=api_key,
+            max_retries=0,
+            timeout=judge.timeout,
+            # as openai's own
+            http_client=httpx.AsyncClient(transport=FenceTolerant(), timeout=judge.timeout, follow_redirects=True),
         )
         params["api_key"] = api_key
-    else:  # any other LiteLLM provider: its own client, at --judge-base-url when given
+    # any other LiteLLM provider: its own client, at --judge-base-url when given
+    else:
         params.update({k: v for k, v in (("api_key", judge.api_key), ("api_base", judge.base_url)) if v})
     return params
 
@@ -164,20 +203,27 @@ def _retry_after(error: Exception) -> float | None:
         return None
 
 
-async def _ruler(judge: Judge, params: dict, skill: Skill, task: Task, outputs: list[str], dimension: str,
-                 usage: JudgeUsage):
+async def _ruler(
+    judge: Judge, params: dict, skill: Skill, task: Task, outputs: list[str], dimension: str, usage: JudgeUsage
+):
     """One RULER call for one dimension, retried; returns [(score, explanation)] in output order. Every judge
     response, a retried one included, is counted into `usage`."""
     import art
     import litellm
     from art.rewards import ruler_score_group
 
-    litellm.suppress_debug_info = True  # failures are retried and counted here, not banner-printed
+    # failures are retried and counted here, not banner-printed
+    litellm.suppress_debug_info = True
 
     group = art.TrajectoryGroup(
-        art.Trajectory(messages_and_choices=[{"role": "system", "content": skill.body},
-                                             {"role": "user", "content": task.input},
-                                             {"role": "assistant", "content": _as_data(o)}], reward=0.0)
+        art.Trajectory(
+            messages_and_choices=[
+                {"role": "system", "content": skill.body},
+                {"role": "user", "content": task.input},
+                {"role": "assistant", "content": _as_data(o)},
+            ],
+            reward=0.0,
+        )
         for o in outputs
     )
     text = rubric(skill, dimension, task)
@@ -187,20 +233,34 @@ async def _ruler(judge: Judge, params: dict, skill: Skill, task: Task, outputs: 
             with recording(judge.model, usage):
                 judged = await asyncio.wait_for(
                     ruler_score_group(group, judge.model, extra_litellm_params=params, rubric=text),
-                    timeout=judge.timeout * 2)
+                    timeout=judge.timeout * 2,
+                )
             scores = [clamp(t.metrics.get("ruler_score")) for t in judged.trajectories]
             if len(scores) != len(outputs) or any(s is None for s in scores):
                 raise ValueError(f"judge returned unusable scores {scores}")
-            explanations = [redact(next((log.removeprefix("RULER explanation: ") for log in t.logs
-                                         if log.startswith("RULER explanation: ")), ""))[:MAX_EXPLANATION]
-                            for t in judged.trajectories]
+            explanations = [
+                redact(
+                    next(
+                        (
+                            log.removeprefix("RULER explanation: ")
+                            for log in t.logs
+                            if log.startswith("RULER explanation: ")
+                        ),
+                        "",
+                    )
+                )[:MAX_EXPLANATION]
+                for t in judged.trajectories
+            ]
             return list(zip(scores, explanations))
-        except Exception as e:  # litellm raises many types; every one is retried, then counted
+        # litellm raises many types; every one is retried, then counted
+        except Exception as e:
             error = e
             if attempt + 1 < judge.attempts:
                 await asyncio.sleep(min(_retry_after(e) or delay, 20.0))
                 delay *= 2
-    raise JudgeFailed(f"{dimension} judge failed after {judge.attempts} tries: {type(error).__name__}: {redact(str(error))[:200]}")
+    raise JudgeFailed(
+        f"{dimension} judge failed after {judge.attempts} tries: {type(error).__name__}: {redact(str(error))[:200]}"
+    )
 
 
 # ------------------------------------------------------------------ the scorer
@@ -213,12 +273,16 @@ class GroupResult:
     judge_error: str | None = None
     judge_calls: int = 0
     seconds: float = 0.0
-    judge_duplicates: int = 0  # outputs not sent to the judge: an identical one was, and they share its score
-    judge_skipped: bool = False  # every output was the same: nothing to rank, so the judge was not called
-    usage: JudgeUsage = field(default_factory=JudgeUsage)  # the judge's tokens and cost for this group
+    # outputs not sent to the judge: an identical one was, and they share its score
+    judge_duplicates: int = 0
+    # every output was the same: nothing to rank, so the judge was not called
+    judge_skipped: bool = False
+    # the judge's tokens and cost for this group
+    usage: JudgeUsage = field(default_factory=JudgeUsage)
 
 
-_SAID: set[str] = set()  # judge cache files already named on stderr in this process
+# judge cache files already named on stderr in this process
+_SAID: set[str] = set()
 
 
 def _to_stderr(line: str) -> None:
@@ -235,8 +299,10 @@ class Scorer:
         self.skill, self.judge = skill, judge
         self.fns = skill_checks(skill)
         self._params, self._params_loop = None, None
-        self.usage = JudgeUsage()  # every group scored so far
-        self._cache: JudgeCache | None = None  # opened at the first judge call
+        # every group scored so far
+        self.usage = JudgeUsage()
+        # opened at the first judge call
+        self._cache: JudgeCache | None = None
         self.check_errors: dict[str, int] = {}
         self._report = report
 
@@ -245,8 +311,10 @@ class Scorer:
             for name, error in r.errors.items():
                 if name not in self.check_errors:
                     fn = next(f for f in self.fns if f.__name__ == name)
-                    self._report(f"{where(fn)}: check '{name}' failed, scored as failing: {error} "
-                                 "(reported once per check; every failure is counted)")
+                    self._report(
+                        f"{where(fn)}: check '{name}' failed, scored as failing: {error} "
+                        "(reported once per check; every failure is counted)"
+                    )
                 self.check_errors[name] = self.check_errors.get(name, 0) + 1
 
     @property
@@ -256,8 +324,11 @@ class Scorer:
         if self.judge is None:
             return ()
         covered = {f.dimension for f in self.fns if not is_estimate(f)}
-        return tuple(d for d in ("format", "procedure", "correctness")
-                     if (d in self.skill.judged or d not in covered) and self.skill.weights[d] > 0)
+        return tuple(
+            d
+            for d in ("format", "procedure", "correctness")
+            if (d in self.skill.judged or d not in covered) and self.skill.weights[d] > 0
+        )
 
     async def score(self, task: Task, outputs: list[str]) -> GroupResult:
         """Checks for every output; then, per judged dimension, one RULER call over the group's distinct outputs
@@ -274,10 +345,14 @@ class Scorer:
             out.seconds = time.perf_counter() - start
             return out
         loop = asyncio.get_running_loop()
-        if self._params_loop is not loop:  # the judge's HTTP client belongs to one event loop
+        # the judge's HTTP client belongs to one event loop
+        if self._params_loop is not loop:
             self._params, self._params_loop = _litellm_params(self.judge), loop
-        out.judge_calls, out.judge_duplicates = len(dims), len(outputs) - len(distinct)  # calls: to the judge or its cache
-        per_dim = await asyncio.gather(*(self._judged(task, distinct, d, out.usage) for d in dims), return_exceptions=True)
+        # calls: to the judge or its cache
+        out.judge_calls, out.judge_duplicates = len(dims), len(outputs) - len(distinct)
+        per_dim = await asyncio.gather(
+            *(self._judged(task, distinct, d, out.usage) for d in dims), return_exceptions=True
+        )
         self.usage.add(out.usage)
         failed = [e for e in per_dim if isinstance(e, Exception)]
         if failed:
@@ -285,27 +360,41 @@ class Scorer:
         else:
             at = {o: i for i, o in enumerate(distinct)}
             out.scores = [
-                combine(self.skill, self.fns, r, {d: per_dim[k][at[o]][0] for k, d in enumerate(dims)},
-                        "\n".join(f"{d}: {per_dim[k][at[o]][1]}" for k, d in enumerate(dims)))
+                combine(
+                    self.skill,
+                    self.fns,
+                    r,
+                    {d: per_dim[k][at[o]][0] for k, d in enumerate(dims)},
+                    "\n".join(f"{d}: {per_dim[k][at[o]][1]}" for k, d in enumerate(dims)),
+                )
                 for o, r in zip(outputs, results)
             ]
         out.seconds = time.perf_counter() - start
         return out
 
-    async def _judged(self, task: Task, distinct: list[str], dimension: str, usage: JudgeUsage) -> list[tuple[float, str]]:
+    async def _judged(
+        self, task: Task, distinct: list[str], dimension: str, usage: JudgeUsage
+    ) -> list[tuple[float, str]]:
         """One dimension's judgement of the group: from the judge cache when this exact call was paid for before,
         else from the judge (and then stored)."""
         cache, key = self.cache, None
         if cache is not None:
-            key = judge_cache.key(self.judge.model, self.judge.base_url, rubric(self.skill, dimension, task), self.skill.body,
-                                  task.input, distinct)
+            key = judge_cache.key(
+                self.judge.model,
+                self.judge.base_url,
+                rubric(self.skill, dimension, task),
+                self.skill.body,
+                task.input,
+                distinct,
+            )
             if (hit := cache.get(key, len(distinct))) is not None:
                 return hit
         own = JudgeUsage()
         try:
             result = await _ruler(self.judge, self._params, self.skill, task, distinct, dimension, own)
         finally:
-            usage.add(own)  # paid for, answered or not
+            # paid for, answered or not
+            usage.add(own)
         if cache is not None:
             cache.put(key, result, own)
         return result
@@ -317,8 +406,10 @@ class Scorer:
             self._cache = JudgeCache(Path(self.judge.cache), report=self._report)
             if self.judge.cache not in _SAID:
                 _SAID.add(self.judge.cache)
-                self._report(f"judge cache: {self.judge.cache} (a judge call made before is answered from it; "
-                             "--no-judge-cache judges every group afresh)")
+                self._report(
+                    f"judge cache: {self.judge.cache} (a judge call made before is answered from it; "
+                    "--no-judge-cache judges every group afresh)"
+                )
         return self._cache
 
     @property

@@ -37,11 +37,18 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from skill_rl.scoring.checks import (
+    DEFAULT_COVERS,
+    CheckResult,
+    is_estimate,
+    run_checks,
+    run_checks_group,
+    scoring,
+    where,
+)
+from skill_rl.scoring.derived import derived_checks
 from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.text import display
-from skill_rl.scoring.checks import (DEFAULT_COVERS, CheckResult, is_estimate, run_checks, run_checks_group, scoring,
-                                     where)
-from skill_rl.scoring.derived import derived_checks
 
 
 def skill_checks(skill: Skill) -> list[Callable]:
@@ -64,15 +71,24 @@ class Score:
     correctness: float | None
     reward: float
     checks: Mapping[str, CheckResult]
-    judge: str | None = None  # the judge's explanation(s), None when not judged
-    judged: bool = False  # False: offline / deterministic-only score
-    by_checks: Mapping[str, float] = MappingProxyType({})  # per dimension: the checks' mean, where checks apply
-    by_judge: Mapping[str, float] = MappingProxyType({})  # per dimension: the judge's score, where it scored
-    gated: tuple[str, ...] = ()  # dimensions whose gate check failed
-    check_errors: Mapping[str, str] = MappingProxyType({})  # checks that gave no valid result: scored as failing
-    covers: Mapping[str, float] = MappingProxyType({})  # per dimension: c_d, the share its applicable checks cover
-    repeated: float = 0.0  # the step pass's penalty for text repeated across tasks (repeats.py); taken off
-    cut: float = 0.0  # share of the reward the failing estimates took off (module docstring); 0: none failed
+    # the judge's explanation(s), None when not judged
+    judge: str | None = None
+    # False: offline / deterministic-only score
+    judged: bool = False
+    # per dimension: the checks' mean, where checks apply
+    by_checks: Mapping[str, float] = MappingProxyType({})
+    # per dimension: the judge's score, where it scored
+    by_judge: Mapping[str, float] = MappingProxyType({})
+    # dimensions whose gate check failed
+    gated: tuple[str, ...] = ()
+    # checks that gave no valid result: scored as failing
+    check_errors: Mapping[str, str] = MappingProxyType({})
+    # per dimension: c_d, the share its applicable checks cover
+    covers: Mapping[str, float] = MappingProxyType({})
+    # the step pass's penalty for text repeated across tasks (repeats.py); taken off
+    repeated: float = 0.0
+    # share of the reward the failing estimates took off (module docstring); 0: none failed
+    cut: float = 0.0
 
     def metrics(self) -> dict[str, float]:
         """Trajectory metrics. A dimension or check that was not scored is left out, so ART's
@@ -104,9 +120,11 @@ def reference_problems(skill: Skill) -> list[str]:
         if fn.__name__ in first:
             task, error = first[fn.__name__]
             more = counts[fn.__name__] - 1
-            lines.append(f"{where(fn)}: check '{fn.__name__}' failed on the "
-                         f"reference of task '{task.id}' ({display(skill.tasks_path)}:{task.line}): {error}"
-                         + (f" (and on {more} more reference(s))" if more else ""))
+            lines.append(
+                f"{where(fn)}: check '{fn.__name__}' failed on the "
+                f"reference of task '{task.id}' ({display(skill.tasks_path)}:{task.line}): {error}"
+                + (f" (and on {more} more reference(s))" if more else "")
+            )
     return lines
 
 
@@ -114,19 +132,26 @@ def reference_problems(skill: Skill) -> list[str]:
 class Dimension:
     """What the checks say about one dimension of one output."""
 
-    checks: float | None  # covers-weighted mean of the applicable checks; None when none applies
-    covers: float  # c_d: the share of the dimension they cover, in [0, 1]
-    gated: bool  # a gate check failed
+    # covers-weighted mean of the applicable checks; None when none applies
+    checks: float | None
+    # c_d: the share of the dimension they cover, in [0, 1]
+    covers: float
+    # a gate check failed
+    gated: bool
 
 
-def coverage(fns: list[Callable], results: Mapping[str, CheckResult],
-             judged: tuple[str, ...] = DIMENSIONS) -> dict[str, Dimension]:
+def coverage(
+    fns: list[Callable], results: Mapping[str, CheckResult], judged: tuple[str, ...] = DIMENSIONS
+) -> dict[str, Dimension]:
     """Per dimension, the checks' score and coverage for one output (the module docstring's c_d). `judged`: the
     dimensions the skill means a judge to score; any other is covered whole by the checks that apply."""
     out = {}
     for d in DIMENSIONS:
-        applicable = [(fn, float(results[fn.__name__])) for fn in fns
-                      if fn.dimension == d and results.get(fn.__name__) is not None and not is_estimate(fn)]
+        applicable = [
+            (fn, float(results[fn.__name__]))
+            for fn in fns
+            if fn.dimension == d and results.get(fn.__name__) is not None and not is_estimate(fn)
+        ]
         gated = any(fn.gate and not v for fn, v in applicable)
         unlabelled = sum(getattr(fn, "covers", None) is None for fn, _ in applicable)
         weights = [getattr(fn, "covers", None) or DEFAULT_COVERS / unlabelled for fn, _ in applicable]
@@ -164,8 +189,13 @@ def clamp(x) -> float | None:
     return None if math.isnan(x) or math.isinf(x) else min(1.0, max(0.0, x))
 
 
-def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult],
-            judge_scores: Mapping[str, float] | None = None, explanation: str | None = None) -> Score:
+def combine(
+    skill: Skill,
+    fns: list[Callable],
+    results: Mapping[str, CheckResult],
+    judge_scores: Mapping[str, float] | None = None,
+    explanation: str | None = None,
+) -> Score:
     """Fold check results and (optional) judge scores into a Score, by the formula in the docstring."""
     judge_scores = judge_scores or {}
     dims: dict[str, float | None] = {}
@@ -188,10 +218,21 @@ def combine(skill: Skill, fns: list[Callable], results: Mapping[str, CheckResult
     total = sum(skill.weights[d] * weight[d] for d in scored)
     reward = sum(skill.weights[d] * weight[d] * dims[d] for d in scored) / total if total else 0.0
     factor = estimate_factor(fns, results, skill.weights)
-    return Score(dims["format"], dims["procedure"], dims["correctness"], reward * factor,
-                 MappingProxyType(dict(results)), explanation, bool(judge_scores),
-                 MappingProxyType(by_checks), MappingProxyType(dict(judge_scores)), tuple(gates),
-                 MappingProxyType(dict(getattr(results, "errors", {}))), MappingProxyType(covered), cut=1.0 - factor)
+    return Score(
+        dims["format"],
+        dims["procedure"],
+        dims["correctness"],
+        reward * factor,
+        MappingProxyType(dict(results)),
+        explanation,
+        bool(judge_scores),
+        MappingProxyType(by_checks),
+        MappingProxyType(dict(judge_scores)),
+        tuple(gates),
+        MappingProxyType(dict(getattr(results, "errors", {}))),
+        MappingProxyType(covered),
+        cut=1.0 - factor,
+    )
 
 
 def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:
@@ -203,7 +244,8 @@ def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:
 
 # ------------------------------------------------------------------ what a checks-only reward pays for
 
-MIN_CORRECTNESS_COVER = 0.5  # `--judge none` training needs the checks to cover this much of correctness
+# `--judge none` training needs the checks to cover this much of correctness
+MIN_CORRECTNESS_COVER = 0.5
 
 
 def checks_cover(skill: Skill, tasks: list[Task]) -> dict[str, float]:
@@ -211,7 +253,8 @@ def checks_cover(skill: Skill, tasks: list[Task]) -> dict[str, float]:
     reference (an empty answer where it has none): what a `--judge none` reward can see."""
     fns = skill_checks(skill)
     totals = dict.fromkeys(DIMENSIONS, 0.0)
-    tasks = tasks[:: max(1, len(tasks) // 200)]  # an even sample is enough to say how much is covered
+    # an even sample is enough to say how much is covered
+    tasks = tasks[:: max(1, len(tasks) // 200)]
     with scoring(skill):
         for task in tasks:
             results = run_checks(fns, task.reference or "", task)
@@ -229,7 +272,9 @@ def checks_only_problem(skill: Skill, tasks: list[Task]) -> str | None:
     if cover["correctness"] >= MIN_CORRECTNESS_COVER:
         return None
     paid = ", ".join(f"{d} {cover[d]:.0%}" for d in DIMENSIONS if skill.weights[d] > 0)
-    return (f"--judge none: on these {len(tasks)} tasks the checks cover {paid} of each dimension, so a checks-only "
-            f"reward would pay mostly for form and not for a right answer (correctness under "
-            f"{MIN_CORRECTNESS_COVER:.0%}: no `expect`, or no checks for it), which RL learns to exploit; use a "
-            "judge, add `expect` to the tasks, or pass --format-only-reward to train on that reward anyway")
+    return (
+        f"--judge none: on these {len(tasks)} tasks the checks cover {paid} of each dimension, so a checks-only "
+        f"reward would pay mostly for form and not for a right answer (correctness under "
+        f"{MIN_CORRECTNESS_COVER:.0%}: no `expect`, or no checks for it), which RL learns to exploit; use a "
+        "judge, add `expect` to the tasks, or pass --format-only-reward to train on that reward anyway"
+    )

@@ -15,11 +15,14 @@ from dataclasses import asdict, dataclass, fields
 
 @dataclass
 class JudgeUsage:
-    responses: int = 0  # judge responses received
+    # judge responses received
+    responses: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: float = 0.0  # USD, over the responses the price map knows
-    unpriced: int = 0  # responses whose model the price map does not know
+    # USD, over the responses the price map knows
+    cost: float = 0.0
+    # responses whose model the price map does not know
+    unpriced: int = 0
 
     def add(self, other: JudgeUsage) -> None:
         for f in fields(self):
@@ -50,8 +53,11 @@ class JudgeUsage:
 
     def metrics(self, cost_context: str) -> dict[str, float]:
         """Step metrics; the cost under ART's `costs/<context>/...` keys, so ART keeps its running total."""
-        out = {"judge_responses": float(self.responses), "judge_prompt_tokens": float(self.prompt_tokens),
-               "judge_completion_tokens": float(self.completion_tokens)}
+        out = {
+            "judge_responses": float(self.responses),
+            "judge_prompt_tokens": float(self.prompt_tokens),
+            "judge_completion_tokens": float(self.completion_tokens),
+        }
         if self.responses and not self.unpriced:
             out[f"costs/{cost_context}/judge"] = self.cost
         return out
@@ -65,8 +71,10 @@ class JudgeUsage:
 
     def describe(self, model: str) -> str:
         """One sentence for summaries and reports."""
-        head = (f"judge {model}: {self.responses} response(s), {self.prompt_tokens:,} prompt + "
-                f"{self.completion_tokens:,} completion tokens")
+        head = (
+            f"judge {model}: {self.responses} response(s), {self.prompt_tokens:,} prompt + "
+            f"{self.completion_tokens:,} completion tokens"
+        )
         if not self.responses:
             return head
         if self.priced:
@@ -83,7 +91,8 @@ def price(model: str, usage) -> float | None:
 
     try:
         prompt, completion = litellm.cost_per_token(model=model, usage_object=usage)
-    except Exception:  # litellm raises a bare Exception for a model its map does not know
+    # litellm raises a bare Exception for a model its map does not know
+    except Exception:
         return None
     return prompt + completion
 

@@ -23,12 +23,26 @@ import yaml
 
 from skill_rl.errors import Exit
 
-NAME = "config.yaml"  # beside a training run's records
-MAX_BYTES = 1024 * 1024  # a config file holds a few dozen settings; anything near this is not one
+# beside a training run's records
+NAME = "config.yaml"
+# a config file holds a few dozen settings; anything near this is not one
+MAX_BYTES = 1024 * 1024
 # Flags that choose what the command does (pick a command, export, upload, overwrite, which checkpoint leaves):
 # the command line's alone, so that a file, which is data, never turns a replay into another command.
-COMMANDS = ("config", "help", "list", "init", "check", "score", "eval", "tasks_from_git",
-            "export", "checkpoint", "card_eval", "push_to_hub")
+COMMANDS = (
+    "config",
+    "help",
+    "list",
+    "init",
+    "check",
+    "score",
+    "eval",
+    "tasks_from_git",
+    "export",
+    "checkpoint",
+    "card_eval",
+    "push_to_hub",
+)
 # ... and flags that let a command replace or write elsewhere: accepted only as false or null (the defaults a
 # run's own config.yaml records), never set by a file.
 OUTPUTS = ("force", "out", "resume")
@@ -65,12 +79,16 @@ def read(path: Path, parser: argparse.ArgumentParser) -> dict:
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise Exit(2, f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}")
     except RecursionError:
-        raise Exit(2, f"{path}: nested too deeply to read; a config file is a flat mapping of flag names to values") from None
+        raise Exit(
+            2, f"{path}: nested too deeply to read; a config file is a flat mapping of flag names to values"
+        ) from None
     if root is None:
         return {}
     if not isinstance(root, yaml.MappingNode):
-        raise Exit(2, f"{path}:{root.start_mark.line + 1}: a config file is a mapping of flag names to values, "
-                      "e.g. `steps: 20`")
+        raise Exit(
+            2,
+            f"{path}:{root.start_mark.line + 1}: a config file is a mapping of flag names to values, e.g. `steps: 20`",
+        )
     actions = {a.dest: a for a in parser._actions if a.option_strings}
     out: dict = {}
     for knode, _ in root.value:
@@ -79,44 +97,60 @@ def read(path: Path, parser: argparse.ArgumentParser) -> dict:
             raise Exit(2, f"{line}: a key is a flag's name, got {knode.value!r}")
         key, dest = knode.value, knode.value.replace("-", "_")
         if dest in COMMANDS or dest in OUTPUTS and data[key] not in (None, False):
-            raise Exit(2, f"{line}: {key}: {'picks a command' if dest in COMMANDS else 'lets the command replace files'}"
-                          f"; give --{dest.replace('_', '-')} on the command line, not in a config file")
+            raise Exit(
+                2,
+                f"{line}: {key}: {'picks a command' if dest in COMMANDS else 'lets the command replace files'}"
+                f"; give --{dest.replace('_', '-')} on the command line, not in a config file",
+            )
         if dest not in actions:
             near = difflib.get_close_matches(dest, list(actions), n=1)
-            raise Exit(2, f"{line}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                          + "; keys are the flags' names (see --help)")
+            raise Exit(
+                2,
+                f"{line}: unknown key {key!r}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + "; keys are the flags' names (see --help)",
+            )
         if dest in out:
             raise Exit(2, f"{line}: {key}: given twice")
         value = data[key]
         out[dest] = None if value is None else convert(actions[dest], value, f"{line}: {key}")
-    return {k: v for k, v in out.items() if v is not None}  # null: the flag's default
+    # null: the flag's default
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def read_text(path: Path) -> str:
     """The file's text: a regular file of at most MAX_BYTES, UTF-8; Exit(2) in one line otherwise (never a read of
     /dev/zero or of a 3 GB file)."""
     try:
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:  # a FIFO: opened, refused, never waited on
+        # a FIFO: opened, refused, never waited on
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise Exit(2, f"--config {path}: cannot read it (not a regular file)")
             raw = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise Exit(2, f"--config {path}: cannot read it ({e.strerror or e})") from None
     if len(raw) > MAX_BYTES:
-        raise Exit(2, f"--config {path}: cannot read it (larger than {MAX_BYTES:,} bytes; a config file holds a run's flags)")
+        raise Exit(
+            2, f"--config {path}: cannot read it (larger than {MAX_BYTES:,} bytes; a config file holds a run's flags)"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise Exit(2, f"--config {path}: cannot read it (not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+        raise Exit(
+            2, f"--config {path}: cannot read it (not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start})"
+        ) from None
 
 
 def convert(action: argparse.Action, value, where: str):
     """`value` as the command line would have made it: through the flag's `type` and `choices`."""
-    if action.nargs == 0:  # --resume, --sft / --no-sft: a switch
+    # --resume, --sft / --no-sft: a switch
+    if action.nargs == 0:
         if not isinstance(value, bool):
             raise Exit(2, f"{where}: must be true or false, got {value!r}")
-        return value  # the setting's value, as `dest` holds it
-    if isinstance(action, argparse._AppendAction):  # --model, --sft-from: a list (one value: a list of one)
+        # the setting's value, as `dest` holds it
+        return value
+    # --model, --sft-from: a list (one value: a list of one)
+    if isinstance(action, argparse._AppendAction):
         return [one(action, v, where) for v in (value if isinstance(value, list) else [value])]
     return one(action, value, where)
 
@@ -140,12 +174,16 @@ def one(action: argparse.Action, value, where: str):
 def dump(settings) -> str:
     """A run's resolved settings as a config file: no secret (no *api_key value; the text redacted when
     written), no command flag, nothing left unset."""
-    kept = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) else v)
-            for k, v in vars(settings).items()
-            if k not in COMMANDS and k not in OUTPUTS and not k.endswith("api_key") and v is not None and v != []}
-    return ("# the resolved settings of a training run, secrets left out (keys come from the environment);\n"
-            "# `train_skill.py --config THIS_FILE` runs it again, flags given beside it win\n"
-            + yaml.safe_dump(kept, sort_keys=False, allow_unicode=True))
+    kept = {
+        k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) else v)
+        for k, v in vars(settings).items()
+        if k not in COMMANDS and k not in OUTPUTS and not k.endswith("api_key") and v is not None and v != []
+    }
+    return (
+        "# the resolved settings of a training run, secrets left out (keys come from the environment);\n"
+        "# `train_skill.py --config THIS_FILE` runs it again, flags given beside it win\n"
+        + yaml.safe_dump(kept, sort_keys=False, allow_unicode=True)
+    )
 
 
 def write(settings, folder: Path) -> Path | None:
@@ -157,7 +195,8 @@ def write(settings, folder: Path) -> Path | None:
     try:
         os.chmod(folder, 0o700)
         atomic_write(path, dump(settings), private=True)
-    except OSError as e:  # the run itself is not at stake: said, and it goes on
+    # the run itself is not at stake: said, and it goes on
+    except OSError as e:
         print(f"warning: {path}: the run's settings not written ({e.strerror or e}); the run goes on", file=sys.stderr)
         return None
     return path

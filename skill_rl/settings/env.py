@@ -25,8 +25,10 @@ from pathlib import Path
 
 # What a .env may set: keys, endpoints and model ids (the project's own and LiteLLM providers'), never what
 # changes how a process or a library loads and runs (LD_*, PYTHON*, PATH, GIT_*, proxies, certificates...).
-ENV_NAMES = re.compile(r"[A-Z][A-Z0-9_]*_(API_KEY|KEY|TOKEN|API_BASE|BASE_URL|API_VERSION|MODEL|ACCESS_KEY_ID"
-                       r"|SECRET_ACCESS_KEY|SESSION_TOKEN|REGION_NAME|PROJECT|ENTITY|LOCATION)|SKILL_RL_CPU_THREADS")
+ENV_NAMES = re.compile(
+    r"[A-Z][A-Z0-9_]*_(API_KEY|KEY|TOKEN|API_BASE|BASE_URL|API_VERSION|MODEL|ACCESS_KEY_ID"
+    r"|SECRET_ACCESS_KEY|SESSION_TOKEN|REGION_NAME|PROJECT|ENTITY|LOCATION)|SKILL_RL_CPU_THREADS"
+)
 PROCESS_LEVEL = re.compile(r"LD_|DYLD_|PYTHON|GIT_")
 MAX_BYTES = 1_000_000
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -48,8 +50,12 @@ def _read(path: Path) -> dict[str, str | None]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
-        raise Exit(2, f"{path}: not UTF-8 text (" + ("UTF-16, as PowerShell writes it" if utf16 else
-                      f"byte 0x{raw[e.start]:02x} at offset {e.start}") + "); save it as UTF-8") from None
+        raise Exit(
+            2,
+            f"{path}: not UTF-8 text ("
+            + ("UTF-16, as PowerShell writes it" if utf16 else f"byte 0x{raw[e.start]:02x} at offset {e.start}")
+            + "); save it as UTF-8",
+        ) from None
     return dotenv_values(stream=io.StringIO(text))
 
 
@@ -68,9 +74,14 @@ def load_env(script_dir: Path) -> list[Path]:
             elif value is not None and name not in os.environ:
                 os.environ[name] = value
         if ignored:
-            shown = ", ".join(n[:40] for n in ignored[:6]) + (f" and {len(ignored) - 6} more" if len(ignored) > 6 else "")
-            print(f"note: {f}: ignored {shown}: a .env sets only keys, endpoints and model ids (names ending in "
-                  "_API_KEY, _TOKEN, _BASE_URL, _MODEL, ...); set others in the shell", file=sys.stderr)
+            shown = ", ".join(n[:40] for n in ignored[:6]) + (
+                f" and {len(ignored) - 6} more" if len(ignored) > 6 else ""
+            )
+            print(
+                f"note: {f}: ignored {shown}: a .env sets only keys, endpoints and model ids (names ending in "
+                "_API_KEY, _TOKEN, _BASE_URL, _MODEL, ...); set others in the shell",
+                file=sys.stderr,
+            )
     return files
 
 
@@ -99,20 +110,29 @@ def judge_env_problem(model: str, base_url: str | None, api_key: str | None) -> 
         return model, None
     import litellm
 
-    litellm.suppress_debug_info = True  # no banner on stdout for an unknown provider
+    # no banner on stdout for an unknown provider
+    litellm.suppress_debug_info = True
     try:
         name, provider, _, _ = litellm.get_llm_provider(model, api_base=base_url or None)
     except litellm.BadRequestError:
-        return model, (f"judge {model}: LiteLLM does not know this provider; use a LiteLLM model id "
-                       "such as openai/gpt-4.1-mini, anthropic/..., gemini/..., ollama/...")
+        return model, (
+            f"judge {model}: LiteLLM does not know this provider; use a LiteLLM model id "
+            "such as openai/gpt-4.1-mini, anthropic/..., gemini/..., ollama/..."
+        )
     model = model if model.startswith(f"{provider}/") else f"{provider}/{name}"
-    with _blank_vars_unset():  # `KEY=` (a copied .env.example) is not a key, though LiteLLM would count it
-        missing = litellm.validate_environment(model, api_key=api_key or None, api_base=base_url or None).get("missing_keys") or []
+    # `KEY=` (a copied .env.example) is not a key, though LiteLLM would count it
+    with _blank_vars_unset():
+        missing = (
+            litellm.validate_environment(model, api_key=api_key or None, api_base=base_url or None).get("missing_keys")
+            or []
+        )
     if not missing:
         return model, None
-    return model, (f"judge {model} needs {', '.join(missing)} (as LiteLLM reports) in {where_keys_go()}; or pass "
-                   "--judge-api-key / JUDGE_API_KEY, or point --judge-base-url at an OpenAI-compatible judge, "
-                   "or pass --judge none to score offline")
+    return model, (
+        f"judge {model} needs {', '.join(missing)} (as LiteLLM reports) in {where_keys_go()}; or pass "
+        "--judge-api-key / JUDGE_API_KEY, or point --judge-base-url at an OpenAI-compatible judge, "
+        "or pass --judge none to score offline"
+    )
 
 
 @contextmanager
@@ -136,7 +156,9 @@ def reachable(url: str, timeout: float = 3.0) -> bool:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
             return True
-    except urllib.error.HTTPError:  # the server answered, with an error status: it is there
+    # the server answered, with an error status: it is there
+    except urllib.error.HTTPError:
         return True
-    except (OSError, ValueError):  # URLError, a timeout, a refused connection, a malformed URL
+    # URLError, a timeout, a refused connection, a malformed URL
+    except (OSError, ValueError):
         return False

@@ -28,6 +28,7 @@ class Parser(argparse.ArgumentParser):
 
 def count(minimum: int = 1, what: str = "", maximum: int | None = None) -> Callable[[str], int]:
     """A whole number >= `minimum` (and <= `maximum`); `what` says why, e.g. "RL compares answers"."""
+
     def parse(text: str) -> int:
         if not re.fullmatch(r"\s*[+-]?\d{1,18}\s*", text) or not minimum <= int(text) <= (maximum or int(text)):
             most = f" and at most {maximum}" if maximum is not None else ""
@@ -37,23 +38,41 @@ def count(minimum: int = 1, what: str = "", maximum: int | None = None) -> Calla
     return parse
 
 
-def number(minimum: float | None = None, maximum: float | None = None, above: float | None = None,
-           below: float | None = None, what: str = "") -> Callable[[str], float]:
+def number(
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+    what: str = "",
+) -> Callable[[str], float]:
     """A finite number within [minimum, maximum] (`above`, `below`: strict bounds); NaN and infinities never pass."""
-    bounds = " and ".join(b for b in (f"at least {minimum:g}" if minimum is not None else "",
-                                     f"above {above:g}" if above is not None else "",
-                                     f"at most {maximum:g}" if maximum is not None else "",
-                                     f"below {below:g}" if below is not None else "") if b)
+    bounds = " and ".join(
+        b
+        for b in (
+            f"at least {minimum:g}" if minimum is not None else "",
+            f"above {above:g}" if above is not None else "",
+            f"at most {maximum:g}" if maximum is not None else "",
+            f"below {below:g}" if below is not None else "",
+        )
+        if b
+    )
 
     def parse(text: str) -> float:
         try:
             x = float(text)
         except ValueError:
             x = math.nan
-        ok = math.isfinite(x) and (minimum is None or x >= minimum) and (maximum is None or x <= maximum) \
-            and (above is None or x > above) and (below is None or x < below)
+        ok = (
+            math.isfinite(x)
+            and (minimum is None or x >= minimum)
+            and (maximum is None or x <= maximum)
+            and (above is None or x > above)
+            and (below is None or x < below)
+        )
         if not ok:
-            raise argparse.ArgumentTypeError(f"must be a finite number{' ' + bounds if bounds else ''}{what}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number{' ' + bounds if bounds else ''}{what}, got {text!r}"
+            )
         return x
 
     return parse
@@ -67,8 +86,9 @@ def count_or_auto(text: str) -> int | str:
 def path_part(text: str) -> str:
     """A name that becomes one folder (--run-name, --project): never a path, never outside `.art/`."""
     if not text or text in (".", "..") or re.search(r"[/\\\x00-\x1f\x7f]", text) or text != text.strip():
-        raise argparse.ArgumentTypeError(f"must be one folder name (no '/', '\\', '..', control characters or "
-                                         f"surrounding spaces), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be one folder name (no '/', '\\', '..', control characters or surrounding spaces), got {text!r}"
+        )
     return text
 
 
@@ -84,8 +104,11 @@ def model_spec(text: str) -> str:
     take it in, and the request would go to the default provider instead."""
     label, eq, rest = text.partition("=")
     spec = rest if eq else text
-    endpoint = re.search(r"@https?://", spec)  # the first: the URL may hold a user:password@ of its own
-    ident, at, where = (spec[:endpoint.start()], "@", spec[endpoint.start() + 1:]) if endpoint else spec.rpartition("@")
+    # the first: the URL may hold a user:password@ of its own
+    endpoint = re.search(r"@https?://", spec)
+    ident, at, where = (
+        (spec[: endpoint.start()], "@", spec[endpoint.start() + 1 :]) if endpoint else spec.rpartition("@")
+    )
     if at and re.search(r"[:/.]|^localhost", where) and not where.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"the endpoint after '@' must start with http:// or https://, got {text!r}")
     if eq and not label.strip() or not (ident if at else where).strip():
@@ -100,6 +123,7 @@ def skill_name(text: str) -> str:
     if not NAME_RE.fullmatch(text) or len(text) > 64:
         raise argparse.ArgumentTypeError(f"a skill name is 1-64 characters of a-z, 0-9 and single '-', got {text!r}")
     return text
+
 
 def checkpoint_spec(text: str) -> str | int:
     """A checkpoint: a step number (1 or more), 'best' or 'latest'."""

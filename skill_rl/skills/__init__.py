@@ -22,17 +22,45 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from skill_rl.skills.frontmatter import parse_body, parse_frontmatter, read_text, skill_settings, split_frontmatter
-from skill_rl.skills.skill import (DEFAULT_WEIGHTS, DIMENSIONS, MAX_LINE_CHARS, NAME_RE, Section, Skill, SkillError, Task,
-                                   read_only)
 from skill_rl.skills.evals import EVALS, load_evals
+from skill_rl.skills.frontmatter import parse_body, parse_frontmatter, read_text, skill_settings, split_frontmatter
+from skill_rl.skills.skill import (
+    DEFAULT_WEIGHTS,
+    DIMENSIONS,
+    MAX_LINE_CHARS,
+    NAME_RE,
+    Section,
+    Skill,
+    SkillError,
+    Task,
+    read_only,
+)
 from skill_rl.skills.tasks import load_tasks, parse_task_line
 from skill_rl.skills.usercode import lint_checks, lint_exploits, load_user_code, marked_exploits
 from skill_rl.text import display, problem
 
-__all__ = ["DEFAULT_WEIGHTS", "DIMENSIONS", "MAX_LINE_CHARS", "NAME_RE", "Section", "Skill", "SkillError", "Task",
-           "find_skill", "list_skills", "load_skill", "load_tasks", "marked_exploits", "parse_frontmatter",
-           "parse_task_line", "read_only", "read_text", "shipped_skills_dir", "skill_dirs", "split_frontmatter"]
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "DIMENSIONS",
+    "MAX_LINE_CHARS",
+    "NAME_RE",
+    "Section",
+    "Skill",
+    "SkillError",
+    "Task",
+    "find_skill",
+    "list_skills",
+    "load_skill",
+    "load_tasks",
+    "marked_exploits",
+    "parse_frontmatter",
+    "parse_task_line",
+    "read_only",
+    "read_text",
+    "shipped_skills_dir",
+    "skill_dirs",
+    "split_frontmatter",
+]
 
 
 def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = True) -> Skill:
@@ -48,15 +76,23 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
     source, body, body_line = parts
     fm, key_line = parse_frontmatter(md, source, problems)
     if fm is not None and fm.name != folder.name:
-        problems.append(problem(md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"))
-    weights, judged, derive = skill_settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
+        problems.append(
+            problem(
+                md, key_line.get("name"), f"field 'name' must equal the folder name {folder.name!r}, got {fm.name!r}"
+            )
+        )
+    weights, judged, derive = (
+        skill_settings(md, fm, key_line.get("metadata"), problems) if fm else (DEFAULT_WEIGHTS, (), True)
+    )
     sections, steps, rules = parse_body(md, body, body_line, problems)
     before = len(problems)
     checks = load_user_code(folder, "checks.py", lint_checks, problems) if with_checks else None
-    with_tasks = with_tasks and len(problems) == before  # a task's `expect` is read with checks.py's Expect: not without it
+    # a task's `expect` is read with checks.py's Expect: not without it
+    with_tasks = with_tasks and len(problems) == before
     exploits = load_user_code(folder, "exploits.py", lint_exploits, problems) if with_checks else None
     tasks_file = folder / "tasks.jsonl"
-    if not tasks_file.exists() and (folder / EVALS).exists():  # skill-creator's test cases, as tasks
+    # skill-creator's test cases, as tasks
+    if not tasks_file.exists() and (folder / EVALS).exists():
         tasks_file = folder / EVALS
         tasks = load_evals(folder, fm.name if fm else None, problems) if with_tasks and with_checks else []
     else:
@@ -64,16 +100,28 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
     if problems:
         raise SkillError(problems)
     return Skill(
-        name=fm.name, description=fm.description, path=folder, body=body.strip(), sections=sections,
-        steps=tuple(steps), rules=tuple(rules), weights=weights, judged=judged, checks=checks, tasks=tuple(tasks),
-        derive=derive, exploits=exploits, tasks_file=tasks_file,
+        name=fm.name,
+        description=fm.description,
+        path=folder,
+        body=body.strip(),
+        sections=sections,
+        steps=tuple(steps),
+        rules=tuple(rules),
+        weights=weights,
+        judged=judged,
+        checks=checks,
+        tasks=tuple(tasks),
+        derive=derive,
+        exploits=exploits,
+        tasks_file=tasks_file,
     )
 
 
 def shipped_skills_dir() -> Path:
     """The skills that come with skill-rl: `skills/` of a checkout (editable installs included), or the
     copy that a wheel or a plain `pip install .` puts in the package as `skill_rl/shipped_skills`."""
-    package = Path(__file__).resolve().parent.parent  # skill_rl/
+    # skill_rl/
+    package = Path(__file__).resolve().parent.parent
     installed = package / "shipped_skills"
     return installed if installed.is_dir() else package.parent / "skills"
 
@@ -106,6 +154,9 @@ def find_skill(skills_dirs: Path | list[Path], name: str) -> Path:
     names = [p.name for p in list_skills(dirs)]
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     where = " or ".join(display(d) for d in dirs)
-    hint = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close
-            else f"--list shows the {len(names)} skill(s) there")
+    hint = (
+        f"did you mean {' or '.join(repr(c) for c in close)}?"
+        if close
+        else f"--list shows the {len(names)} skill(s) there"
+    )
     raise SkillError([f"{where}: no skill named {name!r}; {hint}"])

@@ -26,7 +26,8 @@ from skill_rl.skills.skill import MAX_LINE_CHARS, Task
 from skill_rl.text import problem, pydantic_problems, show
 
 EVALS = Path("evals") / "evals.json"
-MAX_EVALS_BYTES = 16 * 1024 * 1024  # the evals themselves; their files are bounded one by one and per task
+# the evals themselves; their files are bounded one by one and per task
+MAX_EVALS_BYTES = 16 * 1024 * 1024
 
 
 class Eval(BaseModel):
@@ -58,7 +59,8 @@ def load_evals(folder: Path, skill_name: str | None, problems: list[str]) -> lis
     except UnicodeDecodeError as e:
         problems.append(problem(path, None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})"))
         return []
-    except ValueError as e:  # JSONDecodeError, or a key given twice
+    # JSONDecodeError, or a key given twice
+    except ValueError as e:
         line = getattr(e, "lineno", None)
         problems.append(problem(path, line, f"invalid JSON: {getattr(e, 'msg', None) or e}"))
         return []
@@ -66,18 +68,26 @@ def load_evals(folder: Path, skill_name: str | None, problems: list[str]) -> lis
         problems.append(problem(path, None, 'expected {"skill_name": ..., "evals": [...]}, with no other field'))
         return []
     if data.get("skill_name") not in (None, skill_name):
-        problems.append(problem(path, None, f"field 'skill_name' must be this skill's name {skill_name!r}, "
-                                            f"got {show(data['skill_name'])}"))
+        problems.append(
+            problem(
+                path,
+                None,
+                f"field 'skill_name' must be this skill's name {skill_name!r}, got {show(data['skill_name'])}",
+            )
+        )
     lines = _lines(text)
     tasks, seen, n = [], {}, len(data["evals"])
-    val_from = n - -(-n // 5) if n >= 2 else n  # the last fifth, rounded up
+    # the last fifth, rounded up
+    val_from = n - -(-n // 5) if n >= 2 else n
     for i, obj in enumerate(data["evals"]):
         line = lines[i] if i < len(lines) else None
         task = _task(folder, path, line, i, obj, "val" if i >= val_from else "train", problems)
         if task is None:
             continue
         if task.id in seen:
-            problems.append(problem(path, line, f"evals[{i}]: field 'id' {task.id!r} is already used by evals[{seen[task.id]}]"))
+            problems.append(
+                problem(path, line, f"evals[{i}]: field 'id' {task.id!r} is already used by evals[{seen[task.id]}]")
+            )
             continue
         seen[task.id] = i
         tasks.append(task)
@@ -93,8 +103,10 @@ def _task(folder: Path, path: Path, line: int | None, i: int, obj, split: str, p
     try:
         ev = Eval.model_validate(obj)
     except ValidationError as e:
-        problems.extend(p.replace(f"{path.name}:{line}: field '", f"{path.name}:{line}: evals[{i}]: field '", 1)
-                        for p in pydantic_problems(path, e, lambda loc: line))
+        problems.extend(
+            p.replace(f"{path.name}:{line}: field '", f"{path.name}:{line}: evals[{i}]: field '", 1)
+            for p in pydantic_problems(path, e, lambda loc: line)
+        )
         return None
     parts = [ev.prompt]
     if len(set(ev.files)) < len(ev.files):
@@ -106,9 +118,16 @@ def _task(folder: Path, path: Path, line: int | None, i: int, obj, split: str, p
         if content is None:
             return None
         parts.append(f"--- {name} ---\n{content}")
-        if sum(map(len, parts)) > MAX_LINE_CHARS:  # one task's input, as a tasks.jsonl line is bounded
-            problems.append(problem(path, line, f"evals[{i}]: the prompt with its files is over {MAX_LINE_CHARS:,} "
-                                                "characters; list fewer or smaller files"))
+        # one task's input, as a tasks.jsonl line is bounded
+        if sum(map(len, parts)) > MAX_LINE_CHARS:
+            problems.append(
+                problem(
+                    path,
+                    line,
+                    f"evals[{i}]: the prompt with its files is over {MAX_LINE_CHARS:,} "
+                    "characters; list fewer or smaller files",
+                )
+            )
             return None
     criteria = ([f"The expected output: {ev.expected_output}"] if ev.expected_output else []) + ev.expectations
     return Task(id=str(ev.id), input="\n\n".join(parts), split=split, criteria=criteria or None, line=line or 0)
@@ -135,8 +154,11 @@ def _file(folder: Path, name: str, path: Path, line: int | None, i: int, problem
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        problems.append(problem(path, line, f"{where} is not UTF-8 text: the model is given text only (convert it, "
-                                            "or leave it out)"))
+        problems.append(
+            problem(
+                path, line, f"{where} is not UTF-8 text: the model is given text only (convert it, or leave it out)"
+            )
+        )
         return None
 
 
@@ -154,7 +176,8 @@ def _read(path: Path, limit: int) -> bytes:
         if info.st_size > limit:
             raise TooLarge(f"is {info.st_size:,} bytes; the limit is {limit:,}")
         data = f.read(limit + 1)
-    if len(data) > limit:  # grew while being read
+    # grew while being read
+    if len(data) > limit:
         raise TooLarge(f"is over {limit:,} bytes, the limit")
     return data
 
@@ -165,5 +188,6 @@ def _lines(text: str) -> list[int]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         evals = next(v for k, v in root.value if k.value == "evals")
         return [node.start_mark.line + 1 for node in evals.value]
-    except (yaml.YAMLError, StopIteration, AttributeError, TypeError, RecursionError):  # JSON YAML reads otherwise (tabs): no lines
+    # JSON YAML reads otherwise (tabs): no lines
+    except (yaml.YAMLError, StopIteration, AttributeError, TypeError, RecursionError):
         return []

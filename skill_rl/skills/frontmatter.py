@@ -16,7 +16,6 @@ from skill_rl.files import BOM
 from skill_rl.skills.skill import DEFAULT_WEIGHTS, DIMENSIONS, NAME_RE, Section
 from skill_rl.text import problem, pydantic_problems, show
 
-
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
 
 
@@ -24,14 +23,20 @@ SKILL_RL_KEYS = {f"weight-{d}" for d in DIMENSIONS} | {"judge", "derive-checks"}
 
 
 # YAML that PyYAML reads but the reference validator's parser (strictyaml) refuses, by token type
-STRICTYAML_REFUSES = {"FlowMappingStartToken": "flow style '{...}'", "FlowSequenceStartToken": "flow style '[...]'",
-                      "AnchorToken": "an anchor '&'", "AliasToken": "an alias '*'", "TagToken": "a tag '!'"}
+STRICTYAML_REFUSES = {
+    "FlowMappingStartToken": "flow style '{...}'",
+    "FlowSequenceStartToken": "flow style '[...]'",
+    "AnchorToken": "an anchor '&'",
+    "AliasToken": "an alias '*'",
+    "TagToken": "a tag '!'",
+}
 
 
 QUOTE_IT = "put the value in quotes (YAML reads unquoted yes, no, true, false and numbers as other types)"
 
 
-MAX_YAML_VALUES = 10_000  # frontmatter holds a handful of values; aliases may not expand it past this
+# frontmatter holds a handful of values; aliases may not expand it past this
+MAX_YAML_VALUES = 10_000
 
 
 class Frontmatter(BaseModel):
@@ -52,9 +57,16 @@ def read_text(path: Path, problems: list[str]) -> str | None:
     except OSError as e:
         problems.append(problem(path, None, f"cannot read file: {e.strerror}"))
         return None
-    if data.startswith(BOM):  # reported, then read past: the other problems are still worth listing
-        problems.append(problem(path, 1, "file starts with a UTF-8 byte-order mark, which the Agent Skills reference "
-                                          "validator (skills-ref) and other agents refuse: save it as UTF-8 without BOM"))
+    # reported, then read past: the other problems are still worth listing
+    if data.startswith(BOM):
+        problems.append(
+            problem(
+                path,
+                1,
+                "file starts with a UTF-8 byte-order mark, which the Agent Skills reference "
+                "validator (skills-ref) and other agents refuse: save it as UTF-8 without BOM",
+            )
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -73,9 +85,16 @@ def split_frontmatter(path: Path, text: str, problems: list[str]) -> tuple[str, 
     for i, line in enumerate(lines[1:], start=1):
         if line.strip() == "---":
             return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :]), i + 2
-        if "---" in line:  # the reference parser ends the frontmatter at the first '---' anywhere
-            problems.append(problem(path, i + 1, "frontmatter holds '---' inside a line; the Agent Skills reference "
-                                                  "parser would end the frontmatter there: reword it"))
+        # the reference parser ends the frontmatter at the first '---' anywhere
+        if "---" in line:
+            problems.append(
+                problem(
+                    path,
+                    i + 1,
+                    "frontmatter holds '---' inside a line; the Agent Skills reference "
+                    "parser would end the frontmatter there: reword it",
+                )
+            )
     problems.append(problem(path, 1, "frontmatter opened with '---' is never closed by a '---' line"))
     return None
 
@@ -95,7 +114,8 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 def _node_problem(root: yaml.Node) -> tuple[yaml.Node, str] | None:
     """The first thing plain frontmatter may not hold: a key that is not text, or aliases that expand it past
     MAX_YAML_VALUES values or into itself. Each node is counted once, so a "billion laughs" costs its size."""
-    sizes: dict[int, int] = {}  # id(node) -> values once expanded; -1 while its children are being counted
+    # id(node) -> values once expanded; -1 while its children are being counted
+    sizes: dict[int, int] = {}
     stack = [(root, False)]
     while stack:
         node, leaving = stack.pop()
@@ -110,7 +130,10 @@ def _node_problem(root: yaml.Node) -> tuple[yaml.Node, str] | None:
         if isinstance(node, yaml.MappingNode):
             bad = next((k for k, _ in node.value if not isinstance(k, yaml.ScalarNode)), None)
             if bad is not None:
-                return bad, f"keys must be plain text, got a {'list' if isinstance(bad, yaml.SequenceNode) else 'mapping'}"
+                return (
+                    bad,
+                    f"keys must be plain text, got a {'list' if isinstance(bad, yaml.SequenceNode) else 'mapping'}",
+                )
         sizes[id(node)] = -1
         stack.append((node, True))
         stack.extend((k, False) for k in kids)
@@ -124,7 +147,8 @@ def _load_yaml(path: Path, source: str, problems: list[str]) -> tuple[dict, dict
     top-level key; duplicate keys are problems. None when it cannot be read."""
     loader = None
     try:
-        loader = yaml.SafeLoader(source)  # it rejects control characters at once
+        # it rejects control characters at once
+        loader = yaml.SafeLoader(source)
         node = loader.get_single_node()
         if not isinstance(node, yaml.MappingNode):
             problems.append(problem(path, 2, "frontmatter must be a YAML mapping of keys to values"))
@@ -134,7 +158,8 @@ def _load_yaml(path: Path, source: str, problems: list[str]) -> tuple[dict, dict
             problems.append(problem(path, bad[0].start_mark.line + 2, f"frontmatter is not valid YAML here: {bad[1]}"))
             return None
         data = loader.construct_document(node)
-    except yaml.YAMLError as e:  # syntax, or a tag the safe loader does not construct (!!python/..., !local)
+    # syntax, or a tag the safe loader does not construct (!!python/..., !local)
+    except yaml.YAMLError as e:
         _yaml_problem(path, e, problems)
         return None
     except RecursionError:
@@ -163,8 +188,12 @@ def parse_frontmatter(path: Path, source: str, problems: list[str]) -> tuple[Fro
     extra = [k for k in data if k not in SPEC_KEYS]
     for key in extra:
         problems.append(
-            problem(path, key_lines.get(str(key)), f"field '{key}' is not allowed in Agent Skills frontmatter "
-                     f"(allowed: {', '.join(SPEC_KEYS)}); put skill-rl settings under 'metadata'")
+            problem(
+                path,
+                key_lines.get(str(key)),
+                f"field '{key}' is not allowed in Agent Skills frontmatter "
+                f"(allowed: {', '.join(SPEC_KEYS)}); put skill-rl settings under 'metadata'",
+            )
         )
         data.pop(key)
     try:
@@ -180,8 +209,14 @@ def _strictyaml_problems(path: Path, source: str) -> list[str]:
     for token in yaml.scan(source, Loader=yaml.SafeLoader):
         what = STRICTYAML_REFUSES.get(type(token).__name__)
         if what:
-            out.append(problem(path, token.start_mark.line + 2, f"frontmatter uses {what}, which the Agent Skills "
-                                "reference validator (skills-ref) refuses: write plain indented YAML"))
+            out.append(
+                problem(
+                    path,
+                    token.start_mark.line + 2,
+                    f"frontmatter uses {what}, which the Agent Skills "
+                    "reference validator (skills-ref) refuses: write plain indented YAML",
+                )
+            )
     return out
 
 
@@ -190,19 +225,34 @@ def _scalar_problems(path: Path, data: dict, key_lines: dict[str, int], problems
     purpose. Offending values are removed from `data`; returns the top-level fields reported."""
     reported = set()
     for key in ("name", "description", "license", "compatibility", "allowed-tools"):
-        if not isinstance(data.get(key), (str, list, dict, type(None))):  # `description: yes`, dates, !!binary: say so, once
-            problems.append(problem(path, key_lines[key], f"field '{key}' must be a string, got {show(data[key])}: {QUOTE_IT}"))
+        # `description: yes`, dates, !!binary: say so, once
+        if not isinstance(data.get(key), (str, list, dict, type(None))):
+            problems.append(
+                problem(path, key_lines[key], f"field '{key}' must be a string, got {show(data[key])}: {QUOTE_IT}")
+            )
             reported.add(key)
     if isinstance(data.get("description"), str) and re.search("[<>]", data["description"]):
-        problems.append(problem(path, key_lines["description"], "field 'description' must not contain '<' or '>': "
-                                 "stricter than the Agent Skills spec on purpose, as agents put descriptions inside "
-                                 "XML tags in their prompts"))
+        problems.append(
+            problem(
+                path,
+                key_lines["description"],
+                "field 'description' must not contain '<' or '>': "
+                "stricter than the Agent Skills spec on purpose, as agents put descriptions inside "
+                "XML tags in their prompts",
+            )
+        )
         reported.add("description")
     meta = data.get("metadata")
     for k, v in list(meta.items()) if isinstance(meta, dict) else []:
         if not isinstance(v, str):
-            problems.append(problem(path, key_lines["metadata"], f"field 'metadata.{k}' must be a string, got {show(v)}: "
-                                     f"{QUOTE_IT}; stricter than skills-ref on purpose, which turns any value into a string"))
+            problems.append(
+                problem(
+                    path,
+                    key_lines["metadata"],
+                    f"field 'metadata.{k}' must be a string, got {show(v)}: "
+                    f"{QUOTE_IT}; stricter than skills-ref on purpose, which turns any value into a string",
+                )
+            )
             meta.pop(k)
     for key in reported:
         data.pop(key)
@@ -220,27 +270,46 @@ def skill_settings(path: Path, fm: Frontmatter, line: int | None, problems: list
         try:
             weights[dim] = float(raw)
         except ValueError:
-            problems.append(problem(path, line, f"field 'metadata.weight-{dim}' must be a number in a string, got {show(raw)}"))
+            problems.append(
+                problem(path, line, f"field 'metadata.weight-{dim}' must be a number in a string, got {show(raw)}")
+            )
             continue
         if not 0 <= weights[dim] <= 1:
             problems.append(problem(path, line, f"field 'metadata.weight-{dim}' must be between 0 and 1, got {raw}"))
     if abs(sum(weights.values()) - 1) > 1e-6:
         got = " + ".join(f"{weights[d]:g}" for d in DIMENSIONS)
-        problems.append(problem(path, line, f"field 'metadata.weight-*' must sum to 1, got {got} = {sum(weights.values()):g}"))
+        problems.append(
+            problem(path, line, f"field 'metadata.weight-*' must sum to 1, got {got} = {sum(weights.values()):g}")
+        )
     for key in meta:
         if key.startswith("weight-") and key not in SKILL_RL_KEYS:
-            problems.append(problem(path, line, f"field 'metadata.{key}' is not a rubric dimension (allowed: {', '.join(sorted(SKILL_RL_KEYS))})"))
+            problems.append(
+                problem(
+                    path,
+                    line,
+                    f"field 'metadata.{key}' is not a rubric dimension (allowed: {', '.join(sorted(SKILL_RL_KEYS))})",
+                )
+            )
     judged = tuple(d.strip() for d in meta.get("judge", "procedure,correctness").split(",") if d.strip())
     for dim in judged:
         if dim not in DIMENSIONS and dim != "none":
-            problems.append(problem(path, line, f"field 'metadata.judge' names unknown dimension {dim!r} (allowed: {', '.join(DIMENSIONS)}, none)"))
+            problems.append(
+                problem(
+                    path,
+                    line,
+                    f"field 'metadata.judge' names unknown dimension {dim!r} (allowed: {', '.join(DIMENSIONS)}, none)",
+                )
+            )
     derive = meta.get("derive-checks", "true")
     if derive not in ("true", "false"):
-        problems.append(problem(path, line, f"field 'metadata.derive-checks' must be \"true\" or \"false\", got {show(derive)}"))
+        problems.append(
+            problem(path, line, f'field \'metadata.derive-checks\' must be "true" or "false", got {show(derive)}')
+        )
     return weights, tuple(d for d in judged if d in DIMENSIONS), derive != "false"
 
 
-MAX_NESTING = 100  # markdown-it stops reading blocks nested deeper than this (lists count twice)
+# markdown-it stops reading blocks nested deeper than this (lists count twice)
+MAX_NESTING = 100
 
 
 _md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING})
@@ -262,7 +331,8 @@ def _sections(tokens, body: str, offset: int) -> dict[str, Section]:
     ends = [len(lines)] * len(heads)
     still_open: list[int] = []
     for n, (_, tok) in enumerate(heads):
-        while still_open and heads[still_open[-1]][1].tag >= tok.tag:  # "h2" >= "h1": same or deeper level
+        # "h2" >= "h1": same or deeper level
+        while still_open and heads[still_open[-1]][1].tag >= tok.tag:
             ends[still_open.pop()] = tok.map[0]
         still_open.append(n)
     out: dict[str, Section] = {}
@@ -270,7 +340,8 @@ def _sections(tokens, body: str, offset: int) -> dict[str, Section]:
         title = tokens[i + 1].content.strip()
         if title.lower() not in out:
             raw = "\n".join(lines[tok.map[1] : ends[n]])
-            lead = raw[: len(raw) - len(raw.lstrip())].count("\n")  # blank lines that strip() drops
+            # blank lines that strip() drops
+            lead = raw[: len(raw) - len(raw.lstrip())].count("\n")
             out[title.lower()] = Section(title, raw.strip(), tok.map[0] + offset, tok.map[1] + lead + offset)
     return out
 
@@ -293,24 +364,51 @@ def _list_items(text: str, ordered: bool | None) -> list[str]:
     return items
 
 
-def parse_body(md: Path, body: str, body_line: int, problems: list[str]) -> tuple[dict[str, Section], list[str], list[str]]:
+def parse_body(
+    md: Path, body: str, body_line: int, problems: list[str]
+) -> tuple[dict[str, Section], list[str], list[str]]:
     """Sections, procedure steps and rules of the markdown body, with a problem for each that is missing."""
     tokens = _md.parse(body)
     deep = _too_deep(tokens)
-    if deep is not None:  # what follows was skipped by the parser: report that, not the sections it hid
-        problems.append(problem(md, deep + body_line, "markdown nested too deeply to read (lists or quotes inside "
-                                 "each other); the rest of the file cannot be read: flatten it"))
+    # what follows was skipped by the parser: report that, not the sections it hid
+    if deep is not None:
+        problems.append(
+            problem(
+                md,
+                deep + body_line,
+                "markdown nested too deeply to read (lists or quotes inside "
+                "each other); the rest of the file cannot be read: flatten it",
+            )
+        )
         return {}, [], []
     sections = _sections(tokens, body, body_line)
     steps: list[str] = []
     if "procedure" not in sections:
-        problems.append(problem(md, body_line, "section 'Procedure' is missing: add a '## Procedure' heading with a numbered list of steps"))
+        problems.append(
+            problem(
+                md,
+                body_line,
+                "section 'Procedure' is missing: add a '## Procedure' heading with a numbered list of steps",
+            )
+        )
     else:
         steps = _list_items(sections["procedure"].text, ordered=True)
         if len(steps) < 2:
-            problems.append(problem(md, sections["procedure"].line, f"section 'Procedure' must hold an ordered list of at least 2 steps, found {len(steps)}"))
+            problems.append(
+                problem(
+                    md,
+                    sections["procedure"].line,
+                    f"section 'Procedure' must hold an ordered list of at least 2 steps, found {len(steps)}",
+                )
+            )
     if "output format" not in sections:
-        problems.append(problem(md, body_line, "section 'Output Format' is missing: add a '## Output Format' heading describing the output"))
+        problems.append(
+            problem(
+                md,
+                body_line,
+                "section 'Output Format' is missing: add a '## Output Format' heading describing the output",
+            )
+        )
     elif not sections["output format"].text:
         problems.append(problem(md, sections["output format"].line, "section 'Output Format' is empty"))
     rules = _list_items(sections["rules"].text, ordered=None) if "rules" in sections else []

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from skill_rl.files import MAX_LINE_BYTES
 
-
 DIMENSIONS = ("format", "procedure", "correctness")
 
 
@@ -24,8 +23,8 @@ DEFAULT_WEIGHTS = {"format": 0.3, "procedure": 0.4, "correctness": 0.3}
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
-MAX_LINE_CHARS = MAX_LINE_BYTES  # one task's input (a tasks.jsonl line, or evals.json's prompt with its files)
-
+# one task's input (a tasks.jsonl line, or evals.json's prompt with its files)
+MAX_LINE_CHARS = MAX_LINE_BYTES
 
 
 class SkillError(Exception):
@@ -45,8 +44,10 @@ class Task(BaseModel):
     split: Literal["train", "val"] = "train"
     expect: Any = None
     reference: str | None = None
-    criteria: list[str] | None = None  # statements the judge grades correctness against (evals.json's expectations)
-    line: int = Field(0, exclude=True)  # where it came from, for messages
+    # statements the judge grades correctness against (evals.json's expectations)
+    criteria: list[str] | None = None
+    # where it came from, for messages
+    line: int = Field(0, exclude=True)
 
 
 def _refuse(self, *args, **kwargs):
@@ -59,7 +60,8 @@ class ReadOnlyList(list):
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
 
-    def __reduce_ex__(self, protocol):  # a copy is an ordinary list
+    # a copy is an ordinary list
+    def __reduce_ex__(self, protocol):
         return list, (list(self),)
 
 
@@ -72,7 +74,8 @@ class ReadOnlyDict(dict):
         return dict, (dict(self),)
 
 
-_FROZEN: dict[type, type] = {}  # a skill's pydantic model -> its frozen subclass
+# a skill's pydantic model -> its frozen subclass
+_FROZEN: dict[type, type] = {}
 
 
 def read_only(value: Any) -> Any:
@@ -84,8 +87,15 @@ def read_only(value: Any) -> Any:
         cls = type(value)
         if not cls.model_config.get("frozen"):
             if cls not in _FROZEN:
-                _FROZEN[cls] = type(cls.__name__, (cls,), {"model_config": {**cls.model_config, "frozen": True},
-                                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+                _FROZEN[cls] = type(
+                    cls.__name__,
+                    (cls,),
+                    {
+                        "model_config": {**cls.model_config, "frozen": True},
+                        "__module__": cls.__module__,
+                        "__qualname__": cls.__qualname__,
+                    },
+                )
             object.__setattr__(value, "__class__", _FROZEN[cls])
         return value
     if isinstance(value, list):
@@ -102,27 +112,40 @@ def read_only(value: Any) -> Any:
 @dataclass(frozen=True)
 class Section:
     title: str
-    text: str  # markdown source of the section body, heading excluded
-    line: int  # line of the heading in SKILL.md
-    text_line: int = 0  # line in SKILL.md where `text` starts
+    # markdown source of the section body, heading excluded
+    text: str
+    # line of the heading in SKILL.md
+    line: int
+    # line in SKILL.md where `text` starts
+    text_line: int = 0
 
 
 @dataclass(frozen=True)
 class Skill:
     name: str
     description: str
-    path: Path  # the skill folder
-    body: str  # the markdown after the frontmatter: the policy's system prompt
-    sections: dict[str, Section]  # lower-cased heading -> section
-    steps: tuple[str, ...]  # the Procedure's ordered-list items
-    rules: tuple[str, ...]  # the Rules section's list items (may be empty)
+    # the skill folder
+    path: Path
+    # the markdown after the frontmatter: the policy's system prompt
+    body: str
+    # lower-cased heading -> section
+    sections: dict[str, Section]
+    # the Procedure's ordered-list items
+    steps: tuple[str, ...]
+    # the Rules section's list items (may be empty)
+    rules: tuple[str, ...]
     weights: dict[str, float]
-    judged: tuple[str, ...]  # dimensions RULER scores
-    checks: ModuleType | None  # the skill's checks.py, if any
+    # dimensions RULER scores
+    judged: tuple[str, ...]
+    # the skill's checks.py, if any
+    checks: ModuleType | None
     tasks: tuple[Task, ...] = field(default=())
-    derive: bool = True  # derive format checks from SKILL.md's prose (metadata `derive-checks`)
-    exploits: ModuleType | None = None  # the skill's exploits.py, if any: degenerate policies (scoring/exploits.py)
-    tasks_file: Path | None = None  # where the tasks came from: tasks.jsonl, else evals/evals.json (skills/evals.py)
+    # derive format checks from SKILL.md's prose (metadata `derive-checks`)
+    derive: bool = True
+    # the skill's exploits.py, if any: degenerate policies (scoring/exploits.py)
+    exploits: ModuleType | None = None
+    # where the tasks came from: tasks.jsonl, else evals/evals.json (skills/evals.py)
+    tasks_file: Path | None = None
 
     @property
     def tasks_path(self) -> Path:
@@ -146,5 +169,7 @@ class Skill:
             (keep if self.prompt_tokens(t) <= context_tokens - max_tokens else skipped).append(t)
         if not skipped:
             return keep, None
-        return keep, (f"skipping {len(skipped)} task(s) longer than --context-tokens {context_tokens} minus "
-                      f"--max-tokens {max_tokens} (estimated at 3 characters a token): {', '.join(t.id for t in skipped)}")
+        return keep, (
+            f"skipping {len(skipped)} task(s) longer than --context-tokens {context_tokens} minus "
+            f"--max-tokens {max_tokens} (estimated at 3 characters a token): {', '.join(t.id for t in skipped)}"
+        )

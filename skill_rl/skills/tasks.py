@@ -30,21 +30,28 @@ def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list
     if task.expect is None:
         return task
     if expect_model is None:
-        problems.append(problem(path, n, "field 'expect' is given but this skill has no checks.py defining an Expect schema"))
+        problems.append(
+            problem(path, n, "field 'expect' is given but this skill has no checks.py defining an Expect schema")
+        )
         return None
     try:
         return task.model_copy(update={"expect": read_only(expect_model.model_validate(task.expect))})
     except ValidationError as e:
         for err in e.errors():
             loc = ".".join(str(p) for p in ("expect", *err["loc"]))
-            problems.append(problem(path, n, f"field '{loc}': {err['msg'][0].lower()}{err['msg'][1:]}, got {show(err.get('input'))}"))
+            problems.append(
+                problem(
+                    path, n, f"field '{loc}': {err['msg'][0].lower()}{err['msg'][1:]}, got {show(err.get('input'))}"
+                )
+            )
         return None
 
 
 def load_tasks(path: Path, expect_model, problems: list[str]) -> list[Task]:
     tasks: list[Task] = []
     seen: dict[str, int] = {}
-    for n, raw in jsonl_lines(path, problems):  # line by line: a 100,000-task file never sits in memory twice
+    # line by line: a 100,000-task file never sits in memory twice
+    for n, raw in jsonl_lines(path, problems):
         task = parse_task_line(path, n, raw, expect_model, problems)
         if task is None:
             continue

@@ -7,17 +7,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
-import sys
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
-from skill_rl.watchdog import Timeout, Watchdog
 from skill_rl.skills.skill import DIMENSIONS
 from skill_rl.text import brief, problem
+from skill_rl.watchdog import Timeout, Watchdog
 
-
-IMPORT_SECONDS = 10.0  # a checks.py that takes longer to import is reported, not waited for
+# a checks.py that takes longer to import is reported, not waited for
+IMPORT_SECONDS = 10.0
 
 
 def _callable_problem(path: Path, what: str, name: str, fn, params: str, args: tuple) -> str | None:
@@ -37,14 +37,21 @@ def _callable_problem(path: Path, what: str, name: str, fn, params: str, args: t
 
 def lint_checks(path: Path, module: ModuleType) -> list[str]:
     """A check that could never be called as `check(output, task)` is a problem of the skill, found at load."""
-    found = (_callable_problem(path, "check", name, fn, "output, task", ("", None))
-             for name, fn in vars(module).items() if getattr(fn, "dimension", None) in DIMENSIONS)
+    found = (
+        _callable_problem(path, "check", name, fn, "output, task", ("", None))
+        for name, fn in vars(module).items()
+        if getattr(fn, "dimension", None) in DIMENSIONS
+    )
     return [p for p in found if p]
 
 
 def marked_exploits(module: ModuleType | None) -> list:
     """The functions of an exploits.py marked with `@exploit` (skill_rl/exploits.py), in the order it defines them."""
-    fns = dict.fromkeys(v for v in vars(module).values() if isinstance(getattr(v, "exploit", None), str)) if module else {}
+    fns = (
+        dict.fromkeys(v for v in vars(module).values() if isinstance(getattr(v, "exploit", None), str))
+        if module
+        else {}
+    )
     return sorted(fns, key=lambda f: getattr(getattr(f, "__code__", None), "co_firstlineno", 0))
 
 
@@ -57,8 +64,14 @@ def lint_exploits(path: Path, module: ModuleType) -> list[str]:
         if why := _callable_problem(path, "exploit", name, fn, "ctx, task", (None, None)):
             out.append(why)
         elif fn.exploit in seen:
-            out.append(problem(path, fn.__code__.co_firstlineno, f"exploit '{name}' is named {fn.exploit!r}, "
-                                f"like exploit '{seen[fn.exploit][0]}': give each its own name"))
+            out.append(
+                problem(
+                    path,
+                    fn.__code__.co_firstlineno,
+                    f"exploit '{name}' is named {fn.exploit!r}, "
+                    f"like exploit '{seen[fn.exploit][0]}': give each its own name",
+                )
+            )
         seen.setdefault(fn.exploit, (name, fn))
     return out
 
@@ -85,16 +98,25 @@ def load_user_code(folder: Path, file: str, lint, problems: list[str]) -> Module
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and pydantic look their module up while it runs
+    # dataclasses and pydantic look their module up while it runs
+    sys.modules[name] = module
     with Watchdog(IMPORT_SECONDS) as dog, contextlib.redirect_stdout(sys.stderr):
         _, error = dog.call(spec.loader.exec_module, module)
     if isinstance(error, SyntaxError):
         problems.append(problem(path, error.lineno, f"{file} does not parse: {error.msg}"))
     elif isinstance(error, Timeout):
-        problems.append(problem(path, _user_line(error, path), f"{file} did not finish importing within {IMPORT_SECONDS:g} s"))
+        problems.append(
+            problem(path, _user_line(error, path), f"{file} did not finish importing within {IMPORT_SECONDS:g} s")
+        )
     elif isinstance(error, ModuleNotFoundError) and (error.name or "").startswith("skill_rl."):
-        problems.append(problem(path, _user_line(error, path), f"{file} imports {error.name}, which skill-rl no longer has: "
-                                "import what it needs from the package itself (from skill_rl import check, exploit, Task)"))
+        problems.append(
+            problem(
+                path,
+                _user_line(error, path),
+                f"{file} imports {error.name}, which skill-rl no longer has: "
+                "import what it needs from the package itself (from skill_rl import check, exploit, Task)",
+            )
+        )
     elif error is not None:
         problems.append(problem(path, _user_line(error, path), f"{file} failed to import: {brief(error)}"))
     else:

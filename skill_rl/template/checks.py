@@ -24,7 +24,8 @@ class Expect(BaseModel):
     """What a task's "expect" may hold."""
 
     model_config = ConfigDict(extra="forbid")
-    answer: str = Field(min_length=1)  # words a right answer contains
+    # words a right answer contains
+    answer: str = Field(min_length=1)
 
 
 def answer_text(output: str) -> str:
@@ -43,7 +44,8 @@ def answer_written(output: str, task: Task) -> bool:
 def answer_right(output: str, task: Task) -> bool | None:
     """The Answer section contains the expected answer (`expect.answer`) as whole words, case aside."""
     if task.expect is None:
-        return None  # no expectation: the check does not apply
+        # no expectation: the check does not apply
+        return None
     return re.search(rf"(?<!\w){re.escape(task.expect.answer)}(?!\w)", answer_text(output), re.I) is not None
 
 

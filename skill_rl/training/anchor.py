@@ -23,16 +23,22 @@ from pathlib import Path
 from skill_rl.errors import Exit
 from skill_rl.settings.defaults import DEFAULT_COEF
 
-STATE_KEY = "skill_rl_kl_anchor"  # under this key in ART's state.json: {"coef": c, "reference": step or None}
-NO_KL = {"tinker": "ART 0.5.23's Tinker backend takes kl_penalty_coef and drops it (art/tinker/service.py passes "
-                   "its loss no reference logprobs): --kl-coef would change nothing there; leave it out"}
+# under this key in ART's state.json: {"coef": c, "reference": step or None}
+STATE_KEY = "skill_rl_kl_anchor"
+NO_KL = {
+    "tinker": "ART 0.5.23's Tinker backend takes kl_penalty_coef and drops it (art/tinker/service.py passes "
+    "its loss no reference logprobs): --kl-coef would change nothing there; leave it out"
+}
 
 
 @dataclass(frozen=True)
 class Anchor:
-    coef: float = 0.0  # 0: no penalty (with a reference, the CPU backend still measures the KL to it)
-    reference: int | None = None  # checkpoint step; None: the base model
-    held: int | None = None  # a reference the run recorded but does not use now (--kl-coef 0): kept all the same
+    # 0: no penalty (with a reference, the CPU backend still measures the KL to it)
+    coef: float = 0.0
+    # checkpoint step; None: the base model
+    reference: int | None = None
+    # a reference the run recorded but does not use now (--kl-coef 0): kept all the same
+    held: int | None = None
 
     @property
     def active(self) -> bool:
@@ -48,8 +54,11 @@ class Anchor:
 
     def describe(self) -> str:
         ref = f"checkpoint {self.reference}" if self.reference else "the base model"
-        return (f"KL anchor: coefficient {self.coef:g} to {ref}" if self.coef > 0 else
-                f"KL to {ref} measured, no penalty (--kl-coef 0)")
+        return (
+            f"KL anchor: coefficient {self.coef:g} to {ref}"
+            if self.coef > 0
+            else f"KL to {ref} measured, no penalty (--kl-coef 0)"
+        )
 
 
 def default_coef(kind: str, warm_start: bool) -> float:
@@ -79,25 +88,37 @@ def resolve(s, model, backend, step: int) -> Anchor:
     given = s.kl_ref_step
     if isinstance(recorded, dict) and "reference" in recorded:
         if given is not None and given != recorded["reference"]:
-            raise Exit(2, f"--kl-ref-step {given}: run {s.run_name} is anchored to step {recorded['reference']} (its "
-                          "state.json says so); resume it with that reference, or start another --run-name")
+            raise Exit(
+                2,
+                f"--kl-ref-step {given}: run {s.run_name} is anchored to step {recorded['reference']} (its "
+                "state.json says so); resume it with that reference, or start another --run-name",
+            )
         reference = recorded["reference"]
     else:
         reference = given if given is not None else warm
-    reference = reference or None  # step 0 is the base model
+    # step 0 is the base model
+    reference = reference or None
     anchor = Anchor(s.kl_coef, reference) if s.kl_coef > 0 or given is not None else Anchor()
-    if not anchor.active:  # a recorded reference stays on disk: the run may be resumed with its anchor again
+    # a recorded reference stays on disk: the run may be resumed with its anchor again
+    if not anchor.active:
         return Anchor(held=reference if isinstance(recorded, dict) else None)
     if reference and reference > step:
-        raise Exit(2, f"--kl-ref-step {reference}: run {s.run_name} has {step} step(s) so far; the reference must be one of them")
+        raise Exit(
+            2,
+            f"--kl-ref-step {reference}: run {s.run_name} has {step} step(s) so far; the reference must be one of them",
+        )
     folder = Path(model._get_output_dir()) / "checkpoints" / f"{reference or 0:04d}"
     if reference and s.backend in ("local", "cpu") and not folder.is_dir():
-        raise Exit(2, f"the KL anchor's reference checkpoint {folder} is missing; pass another --kl-ref-step, or --kl-coef 0")
+        raise Exit(
+            2, f"the KL anchor's reference checkpoint {folder} is missing; pass another --kl-ref-step, or --kl-coef 0"
+        )
     if not accepts_kl(backend):
         raise Exit(2, f"--backend {s.backend}: its train() takes no kl_penalty_coef; leave --kl-coef out")
     if isinstance(recorded, dict) and recorded.get("coef") not in (None, anchor.coef):
-        print(f"note: --kl-coef {anchor.coef:g}, not {recorded['coef']:g} as before: the steps to come use the new one",
-              file=sys.stderr)
+        print(
+            f"note: --kl-coef {anchor.coef:g}, not {recorded['coef']:g} as before: the steps to come use the new one",
+            file=sys.stderr,
+        )
     model.merge_state({STATE_KEY: {"coef": anchor.coef, "reference": reference}})
     return anchor
 

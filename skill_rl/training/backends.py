@@ -27,10 +27,9 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from skill_rl import cpu
-from skill_rl.settings.defaults import BASE_MODEL_HELP, DEFAULT_BASE_MODEL, LORA_RANKS, SERVERLESS_MODELS
-from skill_rl.training import history
 from skill_rl.errors import Exit
-
+from skill_rl.settings.defaults import DEFAULT_BASE_MODEL, SERVERLESS_MODELS
+from skill_rl.training import history
 
 LOCAL_INSTALL = 'pip install --extra-index-url https://download.pytorch.org/whl/cu128 -e ".[backend]"'
 TINKER_INSTALL = 'pip install -e ".[tinker]"'
@@ -44,14 +43,19 @@ NO_BACKEND = f"""no way to train was found on this machine. Pick one:
                      (real RL of a 135M model on this CPU: slow, and it learns formats, not content)
 Without any of them you can still lint a skill (--check), score outputs (--score) and compare
 models on held-out tasks (--eval): none of these needs a GPU."""
-BILLED = {"serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
-          "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY"}
-PACKAGE_INDEX = "https://pypi.org/simple/"  # where ART's vLLM runtime build gets most of its packages
-REMOTE_WEIGHTS = {  # what --export says of a run whose adapter is not on this machine
+BILLED = {
+    "serverless": "W&B bills this run's training and inference to the account of WANDB_API_KEY",
+    "tinker": "Tinker bills this run's training and sampling to the account of TINKER_API_KEY",
+}
+# where ART's vLLM runtime build gets most of its packages
+PACKAGE_INDEX = "https://pypi.org/simple/"
+# what --export says of a run whose adapter is not on this machine
+REMOTE_WEIGHTS = {
     "serverless": "--export needs the adapter on this machine, and a W&B Serverless run keeps its checkpoints in W&B "
-                  "(the run's model artifacts, called by name at the base URL the run printed)",
+    "(the run's model artifacts, called by name at the base URL the run printed)",
     "tinker": "--export needs the adapter on this machine, and a Tinker run keeps its weights on Tinker (the "
-              "tinker:// path in the run's checkpoints/NNNN/info.yaml)"}
+    "tinker:// path in the run's checkpoints/NNNN/info.yaml)",
+}
 
 
 # ------------------------------------------------------------------ choosing, before anything is spent
@@ -59,10 +63,12 @@ REMOTE_WEIGHTS = {  # what --export says of a run whose adapter is not on this m
 
 @dataclass(frozen=True)
 class Plan:
-    kind: str  # local | serverless | tinker | cpu | MODULE:CLASS
+    # local | serverless | tinker | cpu | MODULE:CLASS
+    kind: str
     base_model: str
     why: str
-    note: str = ""  # cpu: what a rehearsal is, how long it takes, where the real run is
+    # cpu: what a rehearsal is, how long it takes, where the real run is
+    note: str = ""
 
     def describe(self) -> str:
         lines = [self.note] if self.note else []
@@ -80,8 +86,16 @@ def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
     base_model = args.base_model or DEFAULT_BASE_MODEL.get(kind, DEFAULT_BASE_MODEL["local"])
     if kind == "cpu":
         if args.gpu_memory is not None or args.lora_rank is not None:
-            raise Exit(2, f"--gpu-memory and --lora-rank have no effect on --backend cpu (LoRA rank {cpu.LORA['r']}); leave them out")
-        return Plan(kind, base_model, why, cpu.rehearsal(args, base_model, *(len(skill.split(s)) if skill else 0 for s in ("val", "train"))))
+            raise Exit(
+                2,
+                f"--gpu-memory and --lora-rank have no effect on --backend cpu (LoRA rank {cpu.LORA['r']}); leave them out",
+            )
+        return Plan(
+            kind,
+            base_model,
+            why,
+            cpu.rehearsal(args, base_model, *(len(skill.split(s)) if skill else 0 for s in ("val", "train"))),
+        )
     if kind == "local":
         _check_local()
     elif kind == "serverless":
@@ -105,8 +119,11 @@ def pick_backend(spec: str, to_train: bool = True) -> tuple[str, str]:
             raise Exit(2, problem)
         return "local", "--backend auto found a CUDA GPU and ART's backend extra"
     if os.environ.get("WANDB_API_KEY"):
-        return "serverless", ("--backend auto found " + ("a GPU but not ART's backend extra" if gpu else "no CUDA GPU")
-                              + ", and WANDB_API_KEY is set")
+        return "serverless", (
+            "--backend auto found "
+            + ("a GPU but not ART's backend extra" if gpu else "no CUDA GPU")
+            + ", and WANDB_API_KEY is set"
+        )
     if not gpu and not os.environ.get("TINKER_API_KEY") and cpu.available():
         return "cpu", "--backend auto found no CUDA GPU and no training key, and the [cpu] extra with its 135M model"
     raise Exit(2, NO_BACKEND)
@@ -130,17 +147,22 @@ def offline_runtime_problem() -> str | None:
 
     if os.environ.get("ART_VLLM_RUNTIME_BIN") or _vllm_runtime_ready() or reachable(PACKAGE_INDEX):
         return None
-    return ("--backend auto found a CUDA GPU, but ART's vLLM runtime is not prepared and "
-            f"{PACKAGE_INDEX} cannot be reached to build it: run `art runtime prepare` on this machine while it "
-            "has the network (same ART_VLLM_RUNTIME_CUDA_PROFILE and cache folder as the run), or set "
-            "ART_VLLM_RUNTIME_BIN to an installed art-vllm-runtime-server (--backend local skips this check); "
-            "see docs/backends.md")
+    return (
+        "--backend auto found a CUDA GPU, but ART's vLLM runtime is not prepared and "
+        f"{PACKAGE_INDEX} cannot be reached to build it: run `art runtime prepare` on this machine while it "
+        "has the network (same ART_VLLM_RUNTIME_CUDA_PROFILE and cache folder as the run), or set "
+        "ART_VLLM_RUNTIME_BIN to an installed art-vllm-runtime-server (--backend local skips this check); "
+        "see docs/backends.md"
+    )
 
 
 def _check_local() -> None:
     if not backend_extra():
-        raise Exit(2, f"--backend local needs a CUDA GPU and ART's backend extra: {LOCAL_INSTALL} "
-                      "(the extra pins torch 2.11.0+cu128, which PyPI alone does not serve)")
+        raise Exit(
+            2,
+            f"--backend local needs a CUDA GPU and ART's backend extra: {LOCAL_INSTALL} "
+            "(the extra pins torch 2.11.0+cu128, which PyPI alone does not serve)",
+        )
     ensure_uv()
 
 
@@ -156,13 +178,17 @@ def ensure_uv() -> None:
     if (beside / "uv").is_file() and os.access(beside / "uv", os.X_OK):
         os.environ["PATH"] = f"{beside}{os.pathsep}{os.environ.get('PATH', '')}"
         return
-    raise Exit(2, "--backend local: ART builds its vLLM runtime with uv on the first run, and uv is not on PATH. "
-                  "Install it (pip install uv), then start again, or prepare the runtime ahead with "
-                  "`art runtime prepare` (which needs uv too)")
+    raise Exit(
+        2,
+        "--backend local: ART builds its vLLM runtime with uv on the first run, and uv is not on PATH. "
+        "Install it (pip install uv), then start again, or prepare the runtime ahead with "
+        "`art runtime prepare` (which needs uv too)",
+    )
 
 
 def _vllm_runtime_ready() -> bool:
-    from art.runtime_diagnostics import inspect_vllm_runtime  # what `art runtime status` reports
+    # what `art runtime status` reports
+    from art.runtime_diagnostics import inspect_vllm_runtime
 
     return inspect_vllm_runtime(include_size=False).ready
 
@@ -171,21 +197,33 @@ def _check_serverless(base_model: str, args) -> None:
     if not os.environ.get("WANDB_API_KEY"):
         raise Exit(2, "--backend serverless needs WANDB_API_KEY in the environment or .env")
     if base_model not in SERVERLESS_MODELS:
-        raise Exit(2, f"--base-model {base_model}: W&B Serverless trains only {', '.join(SERVERLESS_MODELS)} "
-                      "(the list in ART 0.5.23's train-rl skill); pass one of them, or leave --base-model out")
+        raise Exit(
+            2,
+            f"--base-model {base_model}: W&B Serverless trains only {', '.join(SERVERLESS_MODELS)} "
+            "(the list in ART 0.5.23's train-rl skill); pass one of them, or leave --base-model out",
+        )
     if args.gpu_memory is not None or args.lora_rank is not None:
-        raise Exit(2, "--gpu-memory and --lora-rank have no effect on W&B Serverless, which sets its own; leave them out")
-    if not find_spec("wandb"):  # ART's Serverless backend imports it in the warm start, after the teacher was paid
-        raise Exit(2, f"--backend serverless needs the wandb package, which ART's W&B Serverless backend uses for its "
-                      f"warm start and checkpoints (only ART's GPU extra installs it): {SERVERLESS_INSTALL}")
+        raise Exit(
+            2, "--gpu-memory and --lora-rank have no effect on W&B Serverless, which sets its own; leave them out"
+        )
+    # ART's Serverless backend imports it in the warm start, after the teacher was paid
+    if not find_spec("wandb"):
+        raise Exit(
+            2,
+            f"--backend serverless needs the wandb package, which ART's W&B Serverless backend uses for its "
+            f"warm start and checkpoints (only ART's GPU extra installs it): {SERVERLESS_INSTALL}",
+        )
 
 
 def _check_tinker(base_model: str, args) -> None:
     if not os.environ.get("TINKER_API_KEY"):
         raise Exit(2, "--backend tinker needs TINKER_API_KEY in the environment or .env")
     if tinker_renderer(base_model) is None:
-        raise Exit(2, f"--base-model {base_model}: ART's Tinker backend has no chat renderer for it and would fail "
-                      f"at start-up; pass one it knows, for example {', '.join(tinker_models())}")
+        raise Exit(
+            2,
+            f"--base-model {base_model}: ART's Tinker backend has no chat renderer for it and would fail "
+            f"at start-up; pass one it knows, for example {', '.join(tinker_models())}",
+        )
     if args.gpu_memory is not None:
         raise Exit(2, "--gpu-memory has no effect on Tinker, which runs the model on its own GPUs; leave it out")
     if not (find_spec("tinker") and find_spec("tinker_cookbook")):
@@ -196,7 +234,8 @@ def tinker_renderer(base_model: str) -> str | None:
     """The renderer ART's Tinker backend uses for this model (art/tinker/renderers.py:5-36), or None."""
     from art.tinker.renderers import get_renderer_name
 
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints advice for some families
+    # it prints advice for some families
+    with contextlib.redirect_stdout(io.StringIO()):
         try:
             return get_renderer_name(base_model)
         except ValueError:
@@ -247,10 +286,14 @@ async def register(model, backend, kind: str) -> None:
 
     try:
         await model.register(backend)
-    except APIError as e:  # ServerlessBackend's client is an OpenAI client (art/serverless/client.py)
+    # ServerlessBackend's client is an OpenAI client (art/serverless/client.py)
+    except APIError as e:
         await backend.close()
-        raise Exit(2, f"--backend {kind}: could not register the model ({type(e).__name__}: {e}); "
-                      "check the API key and the network")
+        raise Exit(
+            2,
+            f"--backend {kind}: could not register the model ({type(e).__name__}: {e}); "
+            "check the API key and the network",
+        )
 
 
 def make_model(args, name: str):
@@ -259,24 +302,33 @@ def make_model(args, name: str):
 
     rank = args.lora_rank
     return art.TrainableModel(
-        name=name, run_name=args.run_name, project=args.project, base_model=args.base_model,
+        name=name,
+        run_name=args.run_name,
+        project=args.project,
+        base_model=args.base_model,
         lora_config=art.dev.LoRAConfig(rank=rank) if rank and args.backend == "local" else None,
-        _internal_config=internal_config(args))
+        _internal_config=internal_config(args),
+    )
 
 
 def internal_config(args):
     """art.dev.InternalModelConfig for the flags: init_args/engine_args locally, tinker_args on Tinker."""
     from art import dev
 
-    if args.backend == "tinker" and args.lora_rank:  # art/tinker/service.py:260-264 reads the rank from here
-        return dev.InternalModelConfig(tinker_args=dev.TinkerArgs(
-            renderer_name=tinker_renderer(args.base_model), training_client_args={"rank": args.lora_rank}))
+    # art/tinker/service.py:260-264 reads the rank from here
+    if args.backend == "tinker" and args.lora_rank:
+        return dev.InternalModelConfig(
+            tinker_args=dev.TinkerArgs(
+                renderer_name=tinker_renderer(args.base_model), training_client_args={"rank": args.lora_rank}
+            )
+        )
     if args.backend != "local":
         return None
     engine = dev.EngineArgs(max_model_len=args.context_tokens)
     if args.gpu_memory is not None:
         engine["gpu_memory_utilization"] = args.gpu_memory
-    if args.lora_rank and args.lora_rank > 16:  # vLLM loads adapters up to rank 16 unless told more
+    # vLLM loads adapters up to rank 16 unless told more
+    if args.lora_rank and args.lora_rank > 16:
         engine["max_lora_rank"] = args.lora_rank
     return dev.InternalModelConfig(init_args=dev.InitArgs(max_seq_length=args.context_tokens), engine_args=engine)
 
@@ -286,10 +338,13 @@ def internal_config(args):
 
 @dataclass(frozen=True)
 class Kept:
-    where: Path  # absolute: the run's state, history and checkpoints
+    # absolute: the run's state, history and checkpoints
+    where: Path
     latest: int
-    best: tuple[int, float] | None  # (step, mean val/reward) as delete_checkpoints keeps it
-    served_as: str  # the inference name of the kept best (else latest) step
+    # (step, mean val/reward) as delete_checkpoints keeps it
+    best: tuple[int, float] | None
+    # the inference name of the kept best (else latest) step
+    served_as: str
     base_url: str | None
 
     @property
@@ -328,9 +383,11 @@ async def keep_best_and_latest(model, latest: int, also: set[int] = frozenset(),
     where = Path(model._get_output_dir()).resolve()
     best = best_step(where / history.NAME, metric)
     keep = sorted(({latest, best[0]} if best else {latest}) | set(also))
-    try:  # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)
+    # what model.delete_checkpoints does after choosing the steps (art/model.py:1698)
+    try:
         await model.backend()._delete_checkpoint_files(model, keep)
-    except Exception as e:  # a backend that cannot delete (a network error, ...): the run itself is done
+    # a backend that cannot delete (a network error, ...): the run itself is done
+    except Exception as e:
         print(f"warning: old checkpoints were not deleted ({type(e).__name__}: {e}); all are kept", file=sys.stderr)
     step = best[0] if best else latest
     return Kept(where, latest, best, model.get_inference_name(step=step), model.inference_base_url)
@@ -345,18 +402,28 @@ def ending_lines(kind: str, args, model_name: str, kept: Kept) -> list[str]:
     ckpt = kept.where / "checkpoints" / f"{kept.step:04d}"
     if kind == "local":
         rank = f" --max-lora-rank {args.lora_rank}" if args.lora_rank and args.lora_rank > 16 else ""
-        lines += ["serve it with vLLM (pip install vllm: ART's backend extra runs its own vLLM runtime, not a `vllm` command):",
-                  f"  vllm serve {args.base_model} --enable-lora{rank} --lora-modules {model_name}={ckpt}"]
+        lines += [
+            "serve it with vLLM (pip install vllm: ART's backend extra runs its own vLLM runtime, not a `vllm` command):",
+            f"  vllm serve {args.base_model} --enable-lora{rank} --lora-modules {model_name}={ckpt}",
+        ]
     elif kind == "serverless":
-        lines += ["call it on W&B's OpenAI-compatible API (billed), with WANDB_API_KEY as the key:",
-                  f"  base URL {kept.base_url}  model {json.dumps(kept.served_as)}"]
+        lines += [
+            "call it on W&B's OpenAI-compatible API (billed), with WANDB_API_KEY as the key:",
+            f"  base URL {kept.base_url}  model {json.dumps(kept.served_as)}",
+        ]
     elif kind == "tinker":
-        lines += [f"its weights stay on Tinker: sampler_weights_path in {ckpt / 'info.yaml'} is its tinker:// path;",
-                  "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)"]
-    elif kind == "cpu":  # its step 0 is the base model, with no checkpoint folder to serve
+        lines += [
+            f"its weights stay on Tinker: sampler_weights_path in {ckpt / 'info.yaml'} is its tinker:// path;",
+            "  art.tinker.OpenAICompatibleTinkerServer serves that path as a model name, with TINKER_API_KEY (billed)",
+        ]
+    # its step 0 is the base model, with no checkpoint folder to serve
+    elif kind == "cpu":
         arms = f" --baseline --without-skill {args.without_skill}" if args.internalize else ""
-        lines.append(cpu.serve_hint(ckpt, args, arms) if kept.step else
-                     "no checkpoint yet: nothing was trained; the same command goes on from here")
+        lines.append(
+            cpu.serve_hint(ckpt, args, arms)
+            if kept.step
+            else "no checkpoint yet: nothing was trained; the same command goes on from here"
+        )
     else:
         lines.append(f"served during this run as {kept.served_as} at {kept.base_url}")
     return lines

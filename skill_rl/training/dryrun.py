@@ -37,7 +37,8 @@ class DryRunBackend:
         self.base_url = os.environ.get("SKILL_RL_POLICY_BASE_URL", "http://127.0.0.1:8000/v1")
         self.api_key = os.environ.get("SKILL_RL_POLICY_API_KEY", "none")
         self.served_model = os.environ.get("SKILL_RL_POLICY_MODEL")
-        self._seen: dict[Path, tuple] = {}  # log -> ((mtime, size), step)
+        # log -> ((mtime, size), step)
+        self._seen: dict[Path, tuple] = {}
         self._closed = False
 
     def __getattribute__(self, name: str):
@@ -92,25 +93,39 @@ class DryRunBackend:
     async def exact_adapter_lease(self, model, step: int):
         yield
 
-    async def train(self, model, trajectory_groups, *, learning_rate: float = 1e-5,
-                    allow_training_without_logprobs: bool = False, **kwargs) -> TrainResult:
+    async def train(
+        self,
+        model,
+        trajectory_groups,
+        *,
+        learning_rate: float = 1e-5,
+        allow_training_without_logprobs: bool = False,
+        **kwargs,
+    ) -> TrainResult:
         groups = list(trajectory_groups)
         missing = without_logprobs(groups)
         if missing and not allow_training_without_logprobs:
-            raise ValueError(f"DryRunBackend.train: {missing} of {sum(len(g.trajectories) for g in groups)} trajectories "
-                             "have a completion without logprobs, which ART's tokenizer drops: request logprobs=True")
+            raise ValueError(
+                f"DryRunBackend.train: {missing} of {sum(len(g.trajectories) for g in groups)} trajectories "
+                "have a completion without logprobs, which ART's tokenizer drops: request logprobs=True"
+            )
         step = self._step(model) + 1
         rewards = [t.reward for g in groups for t in g.trajectories]
         record = {
-            "step": step, "learning_rate": learning_rate, "groups": len(groups),
+            "step": step,
+            "learning_rate": learning_rate,
+            "groups": len(groups),
             "rollouts": [len(g.trajectories) for g in groups],
             "task_ids": [g.trajectories[0].metadata.get("task_id") for g in groups if g.trajectories],
             "rewards": rewards,
             "system": [g.trajectories[0].messages_and_choices[0]["content"] for g in groups[:1] if g.trajectories],
-            "kl": {k: v for k, v in kwargs.items() if k.startswith("kl_")},  # the KL anchor, as ART's train takes it
+            # the KL anchor, as ART's train takes it
+            "kl": {k: v for k, v in kwargs.items() if k.startswith("kl_")},
         }
-        self._checkpoint(model, step).mkdir(parents=True, exist_ok=True)  # first: a crash before the log line retrains it
-        with self._log(model).open("a") as f:  # one line per step, appended whole: the step counter
+        # first: a crash before the log line retrains it
+        self._checkpoint(model, step).mkdir(parents=True, exist_ok=True)
+        # one line per step, appended whole: the step counter
+        with self._log(model).open("a") as f:
             f.write(json.dumps(record) + "\n")
         mean = sum(rewards) / len(rewards) if rewards else 0.0
         return TrainResult(step=step, metrics={"loss": 0.0, "dryrun/mean_reward": mean})
@@ -120,17 +135,28 @@ class DryRunBackend:
         `sft` record) and advances the step, as a checkpoint would. Per batch it yields the metrics it can
         state truthfully under ART's names; no loss, since nothing is trained."""
         examples = list(trajectories)
-        size = 2 if config.batch_size == "auto" else config.batch_size  # LocalBackend's default batch size
+        # LocalBackend's default batch size
+        size = 2 if config.batch_size == "auto" else config.batch_size
         batches = math.ceil(len(examples) / size)
         for i in range(batches):
             rates = config.learning_rate
-            yield {"loss/learning_rate": rates[i] if isinstance(rates, list) else rates,
-                   "data/step_num_trajectories": float(len(examples)), "data/step_num_gradient_steps": float(batches)}
+            yield {
+                "loss/learning_rate": rates[i] if isinstance(rates, list) else rates,
+                "data/step_num_trajectories": float(len(examples)),
+                "data/step_num_gradient_steps": float(batches),
+            }
         if not examples:
-            return  # like LocalBackend: no batch, no checkpoint
-        record = {"step": await self._get_step(model) + 1, "sft": {
-            "learning_rate": config.learning_rate, "batch_size": size, "assistant_turns": config.assistant_turns,
-            "examples": [{"metadata": t.metadata, "messages": t.messages()} for t in examples]}}
+            # like LocalBackend: no batch, no checkpoint
+            return
+        record = {
+            "step": await self._get_step(model) + 1,
+            "sft": {
+                "learning_rate": config.learning_rate,
+                "batch_size": size,
+                "assistant_turns": config.assistant_turns,
+                "examples": [{"metadata": t.metadata, "messages": t.messages()} for t in examples],
+            },
+        }
         self._checkpoint(model, record["step"]).mkdir(parents=True, exist_ok=True)
         with self._log(model).open("a") as f:
             f.write(json.dumps(record) + "\n")

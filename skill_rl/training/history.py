@@ -17,7 +17,8 @@ from skill_rl.errors import Exit
 from skill_rl.files import read_records
 from skill_rl.text import display
 
-NAME = "history.jsonl"  # in the run's folder
+# in the run's folder
+NAME = "history.jsonl"
 
 
 def _whole(value) -> bool:
@@ -57,5 +58,8 @@ def mend(history: Path) -> None:
         return
     except OSError as e:
         raise Exit(2, f"cannot resume the run: {display(history)}: {e.strerror or e}") from None
-    print(f"warning: {display(history)}:{line}: the last line was cut short (a crash?); it is skipped, and the run "
-          "logs on from the next line", file=sys.stderr)
+    print(
+        f"warning: {display(history)}:{line}: the last line was cut short (a crash?); it is skipped, and the run "
+        "logs on from the next line",
+        file=sys.stderr,
+    )

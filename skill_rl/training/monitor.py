@@ -37,8 +37,10 @@ from skill_rl.training.trajectories import output_of
 
 COLLAPSE = 0.20
 GAP = 0.25
-CONSTANT_SHARE = 0.9  # a field is constant in a step when one value covers this share of the answers to 2+ tasks
-CONSTANT_STEPS = 3  # ... and the step line says so once it has been for this many steps in a row
+# a field is constant in a step when one value covers this share of the answers to 2+ tasks
+CONSTANT_SHARE = 0.9
+# ... and the step line says so once it has been for this many steps in a row
+CONSTANT_STEPS = 3
 PREFIX = "monitor/"
 
 
@@ -63,8 +65,11 @@ def gaps(trajectories) -> dict[str, float]:
     """Per dimension, the mean of judge minus checks where both scored it."""
     out = {}
     for d in ("format", "procedure", "correctness"):
-        diffs = [t.metrics[f"by_judge/{d}"] - t.metrics[f"by_checks/{d}"] for t in trajectories
-                 if f"by_judge/{d}" in t.metrics and f"by_checks/{d}" in t.metrics]
+        diffs = [
+            t.metrics[f"by_judge/{d}"] - t.metrics[f"by_checks/{d}"]
+            for t in trajectories
+            if f"by_judge/{d}" in t.metrics and f"by_checks/{d}" in t.metrics
+        ]
         if diffs:
             out[d] = sum(diffs) / len(diffs)
     return out
@@ -94,8 +99,10 @@ def _key(name: str) -> str:
 class Monitor:
     first_length: float | None = None
     first_gap: dict[str, float] = field(default_factory=dict)
-    read: object = None  # the skill's categorical fields' reader (outputs -> rows), None: it declares none
-    constant: dict[str, int] = field(default_factory=dict)  # per field: steps in a row it has been constant
+    # the skill's categorical fields' reader (outputs -> rows), None: it declares none
+    read: object = None
+    # per field: steps in a row it has been constant
+    constant: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def resume(cls, path: Path, read=None) -> Monitor:
@@ -125,7 +132,8 @@ class Monitor:
         length = _mean([len(_output(t)) for t in trajectories]) or 0.0
         self.first_length = self.first_length if self.first_length is not None else length
         metrics = {
-            "collapse": collapse(groups), "length": length,
+            "collapse": collapse(groups),
+            "length": length,
             "length_change": length / self.first_length - 1 if self.first_length else 0.0,
             "format_gate_failed": _mean([t.metrics.get("format_gate_failed", 0.0) for t in trajectories]) or 0.0,
             "judge_duplicates": sum(t.metrics.get("judge_duplicate", 0.0) for t in trajectories),
@@ -140,17 +148,23 @@ class Monitor:
             self.constant[key] = self.constant.get(key, 0) + 1 if one else 0
             metrics[f"distinct/{key}"], metrics[f"constant/{key}"] = distinct, self.constant[key]
             if one and self.constant[key] >= CONSTANT_STEPS:
-                steady.append(f"every answer's {name} is {one[0]!r} across {one[1]} different tasks, "
-                              f"{self.constant[key]} steps in a row")
+                steady.append(
+                    f"every answer's {name} is {one[0]!r} across {one[1]} different tasks, "
+                    f"{self.constant[key]} steps in a row"
+                )
         return {PREFIX + k: float(v) for k, v in metrics.items()}, self.warning(metrics, steady)
 
     @staticmethod
     def warning(metrics: dict[str, float], steady: list[str] = ()) -> str | None:
         fired = list(steady)
         if metrics["collapse"] > COLLAPSE:
-            fired.append(f"{metrics['collapse']:.0%} of outputs are identical across different tasks (> {COLLAPSE:.0%})")
+            fired.append(
+                f"{metrics['collapse']:.0%} of outputs are identical across different tasks (> {COLLAPSE:.0%})"
+            )
         for key, change in metrics.items():
             if key.startswith("gap_change/") and abs(change) > GAP:
-                fired.append(f"judge minus checks on {key.split('/')[1]} moved {change:+.2f} since the first step "
-                             f"(more than {GAP})")
+                fired.append(
+                    f"judge minus checks on {key.split('/')[1]} moved {change:+.2f} since the first step "
+                    f"(more than {GAP})"
+                )
         return "reward hacking? " + "; ".join(fired) if fired else None

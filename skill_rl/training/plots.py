@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from skill_rl.console import chart_text
-from skill_rl.training import history
-from skill_rl.skills import DIMENSIONS
 from skill_rl.files import atomic_write
+from skill_rl.skills import DIMENSIONS
+from skill_rl.training import history
 
 PLOT_NAME = "rewards.png"
 
@@ -33,19 +33,29 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     series = read_history(Path(run_dir) / history.NAME)
     if not series:
         return None
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display, Agg to write the PNG
+    # no pyplot: no global state, no display, Agg to write the PNG
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(8, 4.5))
     ax = fig.subplots()
-    for key, style in [("train/reward", dict(lw=2, color="black")), *((f"train/{d}", dict(lw=1, alpha=0.7)) for d in DIMENSIONS)]:
+    for key, style in [
+        ("train/reward", dict(lw=2, color="black")),
+        *((f"train/{d}", dict(lw=1, alpha=0.7)) for d in DIMENSIONS),
+    ]:
         if key in series:
             ax.plot(*zip(*series[key]), label=key.removeprefix("train/") + " (train)", **style)
     if "val/reward" in series:
         ax.plot(*zip(*series["val/reward"]), "o--", color="tab:red", label="reward (val)")
         step, best = max(series["val/reward"], key=lambda p: p[1])
-        ax.annotate(f"best {best:.3f} @ {step}", (step, best), xytext=(0, 10), textcoords="offset points",
-                    ha="center", color="tab:red")
+        ax.annotate(
+            f"best {best:.3f} @ {step}",
+            (step, best),
+            xytext=(0, 10),
+            textcoords="offset points",
+            ha="center",
+            color="tab:red",
+        )
         ax.plot([step], [best], "*", ms=14, color="tab:red")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="step", ylabel="mean score", ylim=(0, 1.08), title=chart_text(title) if title else "rewards")
@@ -54,7 +64,8 @@ def reward_plot(run_dir: Path, title: str = "") -> Path | None:
     path = Path(run_dir) / PLOT_NAME
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
-    atomic_write(path, png.getvalue())  # OSError (a full disk) for the caller to report
+    # OSError (a full disk) for the caller to report
+    atomic_write(path, png.getvalue())
     return path
 
 

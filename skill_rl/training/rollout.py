@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import art
 
-from skill_rl.endpoints import whole
 from skill_rl import prompts
+from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
 from skill_rl.scoring.reward import GroupResult, Scorer
 from skill_rl.skills import Skill, Task
@@ -20,20 +20,45 @@ from skill_rl.training.trajectories import output_of
 STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "truncated")
 
 
-async def rollout(model: art.Model, skill: Skill, task: Task, *, temperature: float, max_tokens: int,
-                  timeout: float = 600.0, with_skill: bool = True, without: str | None = None) -> art.Trajectory:
+async def rollout(
+    model: art.Model,
+    skill: Skill,
+    task: Task,
+    *,
+    temperature: float,
+    max_tokens: int,
+    timeout: float = 600.0,
+    with_skill: bool = True,
+    without: str | None = None,
+) -> art.Trajectory:
     """`without`: None, a run without --internalize (its metrics as ever); else what replaces SKILL.md when
     `with_skill` is False, and the trajectory's metrics say which prompt it had and its tokens."""
     messages = prompts.messages(skill, task, with_skill, without or "stub")
-    traj = art.Trajectory(messages_and_choices=list(messages), metadata={"task_id": task.id},
-                          metrics=dict.fromkeys(STEP_KEYS, 0.0), reward=0.0)
-    completion = await whole(model.openai_client().chat.completions.create(  # logprobs: ART trains only those
-        model=model.get_inference_name(), messages=messages, temperature=temperature, max_tokens=max_tokens,
-        logprobs=True, timeout=timeout,
-    ), timeout)  # the whole answer: the client's own timeout is per read, and a server may trickle a byte at a time
+    traj = art.Trajectory(
+        messages_and_choices=list(messages),
+        metadata={"task_id": task.id},
+        metrics=dict.fromkeys(STEP_KEYS, 0.0),
+        reward=0.0,
+    )
+    # logprobs: ART trains only those
+    completion = await whole(
+        model.openai_client().chat.completions.create(
+            model=model.get_inference_name(),
+            messages=messages,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            logprobs=True,
+            timeout=timeout,
+            # the whole answer: the client's own timeout is per read, and a server may trickle a byte at a time
+        ),
+        timeout,
+    )
     choice = completion.choices[0]
-    if redact(choice.message.content or "") != (choice.message.content or ""):  # never logged, judged or trained on
-        raise EchoedKey("the policy server's answer quotes an API key; this rollout is dropped (an endpoint echoing requests?)")
+    # never logged, judged or trained on
+    if redact(choice.message.content or "") != (choice.message.content or ""):
+        raise EchoedKey(
+            "the policy server's answer quotes an API key; this rollout is dropped (an endpoint echoing requests?)"
+        )
     traj.messages_and_choices.append(choice)
     traj.metrics["truncated"] = float(choice.finish_reason == "length")
     if without is not None:
@@ -46,9 +71,13 @@ def quiet_failed_rollouts(loop) -> None:
     """When more rollouts fail than --max-exceptions allows, ART raises the first error and leaves the other
     failed rollouts' errors unread; asyncio would print each as "Task exception was never retrieved" with a
     traceback. They are counted and reported as one line already: drop those, keep every other report."""
+
     def handler(loop, context):
         coro = getattr(context.get("future"), "get_coro", lambda: None)()
-        if context.get("message") == "Task exception was never retrieved" and getattr(coro, "__name__", "") == "rollout":
+        if (
+            context.get("message") == "Task exception was never retrieved"
+            and getattr(coro, "__name__", "") == "rollout"
+        ):
             return
         loop.default_exception_handler(context)
 
@@ -63,7 +92,8 @@ def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.Traject
         traj.metrics.update(score.metrics())
         traj.metrics["judge_failed"] = float(result.judge_failed)
         traj.metrics["judge_skipped"] = float(result.judge_skipped)
-        output = output_of(traj)  # the second and later copies of an output shared the first one's judgement
+        # the second and later copies of an output shared the first one's judgement
+        output = output_of(traj)
         traj.metrics["judge_duplicate"] = float(result.judge_calls > 0 and output in seen)
         seen.add(output)
         if score.judge:

@@ -42,8 +42,11 @@ class RunLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise Exit(2, f"run {self.path.parent} is being trained by another process (PID {holder}); wait for it "
-                          "to finish, stop it (it stays resumable), or pass another --run-name") from None
+            raise Exit(
+                2,
+                f"run {self.path.parent} is being trained by another process (PID {holder}); wait for it "
+                "to finish, stop it (it stays resumable), or pass another --run-name",
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
@@ -62,7 +65,8 @@ class Stopper:
     def __init__(self):
         self.requested = asyncio.Event()
         self.aborted = False
-        self.signal: int | None = None  # the first signal received
+        # the first signal received
+        self.signal: int | None = None
         self._task = asyncio.current_task()
         self._shielded = False
         loop = asyncio.get_running_loop()
@@ -73,12 +77,17 @@ class Stopper:
         if not self.requested.is_set():
             self.requested.set()
             self.signal = self.signal or int(sig)
-            print(f"\n{NAMES[sig]}: stopping after this step (again: stop at once; the run stays resumable)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\n{NAMES[sig]}: stopping after this step (again: stop at once; the run stays resumable)",
+                file=sys.stderr,
+                flush=True,
+            )
         elif not self.aborted:
             self.aborted = True
             if self._shielded:
-                print(f"\n{NAMES[sig]}: stopping as soon as this step's train call is saved", file=sys.stderr, flush=True)
+                print(
+                    f"\n{NAMES[sig]}: stopping as soon as this step's train call is saved", file=sys.stderr, flush=True
+                )
             else:
                 self._task.cancel()
 

@@ -19,25 +19,27 @@ from typing import TYPE_CHECKING
 import art
 
 from skill_rl import keys, progress, prompts
-from skill_rl.settings import configfile
+from skill_rl.console import clean
 from skill_rl.errors import Exit
+from skill_rl.scoring import categories
 from skill_rl.scoring.report import print_table, summarize
-from skill_rl.training.runlock import RunLock, Stopper
 from skill_rl.scoring.reward import Scorer
+from skill_rl.settings import configfile
 from skill_rl.skills import DIMENSIONS, Skill, Task
 from skill_rl.training import backends, history
 from skill_rl.training.anchor import Anchor
 from skill_rl.training.monitor import Monitor
 from skill_rl.training.plots import PLOT_NAME, Plotter
 from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
+from skill_rl.training.runlock import RunLock, Stopper
 from skill_rl.training.trajectories import output_of, penalise_repeats
-from skill_rl.scoring import categories
-from skill_rl.console import clean
 
-if TYPE_CHECKING:  # a type only: the commands import training, never the other way
+# a type only: the commands import training, never the other way
+if TYPE_CHECKING:
     from skill_rl.commands.config import Run
 
-FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")  # exit 1 if any
+# exit 1 if any
+FAILURES = ("judge_failures", "rollout_errors", "dropped", "warm_start_failures", "check_errors")
 
 
 @dataclass
@@ -45,8 +47,10 @@ class Stats:
     """What a batch of groups (a training step, or a validation) lost or could not score."""
 
     judge_failures: int = 0
-    dropped: int = 0  # groups lost to rollout errors, or left with fewer than 2 rollouts
-    no_variance: int = 0  # groups whose rollouts all scored alike: nothing to learn from
+    # groups lost to rollout errors, or left with fewer than 2 rollouts
+    dropped: int = 0
+    # groups whose rollouts all scored alike: nothing to learn from
+    no_variance: int = 0
     rollout_errors: int = 0
     check_errors: int = 0
 
@@ -111,17 +115,21 @@ class Trainer:
         s = self.s = run.settings
         self.skill, self.kind = skill, s.backend
         self.train_tasks = fitting(skill, skill.split("train"), s)
-        self.val_tasks = fitting(skill, skill.split("val")[:s.limit], s)
+        self.val_tasks = fitting(skill, skill.split("val")[: s.limit], s)
         if not self.train_tasks:
             raise Exit(2, f"{skill.tasks_path}: no tasks with split 'train' to train on")
-        random.Random(s.seed).shuffle(self.train_tasks)  # iterate_dataset reshuffles per epoch, deterministically
+        # iterate_dataset reshuffles per epoch, deterministically
+        random.Random(s.seed).shuffle(self.train_tasks)
         self.tasks = {t.id: t for t in skill.tasks}
         self.scorer = Scorer(skill, run.judge)
         self.temperature = 1.0 if s.temperature is None else s.temperature
         self.totals, self.val_results, self.plot = Totals(), [], Plotter()
-        self.val_categories: dict = {}  # the last validation's categorical fields: value -> answers (scoring/categories.py)
-        self.anchor = Anchor()  # the KL anchor, resolved after the warm start (training/anchor.py)
-        self.said_categories = False  # a failing categories() in checks.py is reported once
+        # the last validation's categorical fields: value -> answers (scoring/categories.py)
+        self.val_categories: dict = {}
+        # the KL anchor, resolved after the warm start (training/anchor.py)
+        self.anchor = Anchor()
+        # a failing categories() in checks.py is reported once
+        self.said_categories = False
         self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if s.internalize else None
 
     @classmethod
@@ -131,17 +139,22 @@ class Trainer:
         t.backend = backends.make_backend(t.kind, t.s.quiet)
         t.model = backends.make_model(t.s, name=f"skill-{skill.name}")
         t.dir = Path(t.model._get_output_dir())
-        t.lock = RunLock(t.dir).acquire()  # another process training this run: exit 2, naming it
+        # another process training this run: exit 2, naming it
+        t.lock = RunLock(t.dir).acquire()
         try:
-            t.record_fade()  # before config.yaml: a refused command leaves the run's records as they were
-            history.mend(t.dir / history.NAME)  # a last line cut short by a crash: what ART logs next is read
+            # before config.yaml: a refused command leaves the run's records as they were
+            t.record_fade()
+            # a last line cut short by a crash: what ART logs next is read
+            history.mend(t.dir / history.NAME)
         except Exit:
             t.lock.release()
             raise
-        configfile.write(t.s, t.dir)  # the resolved settings beside the records: --config reruns the run
+        # the resolved settings beside the records: --config reruns the run
+        configfile.write(t.s, t.dir)
         await backends.register(t.model, t.backend, t.kind)
         t.monitor = Monitor.resume(t.dir / history.NAME, t.read_categories if categories.reader(skill) else None)
-        t.stopper = Stopper()  # Ctrl-C or SIGTERM: stop after this step; again: abandon it
+        # Ctrl-C or SIGTERM: stop after this step; again: abandon it
+        t.stopper = Stopper()
         t.stop = t.stopper.requested
         quiet_failed_rollouts(asyncio.get_running_loop())
         return t
@@ -151,8 +164,11 @@ class Trainer:
         rows, failure = categories.read_all(self.skill, outputs)
         if failure and not self.said_categories:
             self.said_categories = True
-            print(f"warning: {self.skill.path / 'checks.py'}: categories() failed ({clean(failure)}); the collapse "
-                  "monitor skips those answers", file=sys.stderr)
+            print(
+                f"warning: {self.skill.path / 'checks.py'}: categories() failed ({clean(failure)}); the collapse "
+                "monitor skips those answers",
+                file=sys.stderr,
+            )
         return rows
 
     def record_fade(self) -> None:
@@ -160,15 +176,24 @@ class Trainer:
         resumed without it would be served the skill again: refused."""
         before = (self.model.read_state() or {}).get(prompts.STATE_KEY)
         if before and not self.fade:
-            raise Exit(2, f"run {self.s.run_name} was trained with --internalize (its state.json says so): resume it "
-                          "with --internalize, or start another --run-name")
+            raise Exit(
+                2,
+                f"run {self.s.run_name} was trained with --internalize (its state.json says so): resume it "
+                "with --internalize, or start another --run-name",
+            )
         if self.fade:
             if before and before.get("steps") != self.fade.steps:
-                print(f"note: --internalize: --steps {self.fade.steps}, not {before.get('steps')}: the schedule of the "
-                      "steps not yet trained follows the new total", file=sys.stderr)
+                print(
+                    f"note: --internalize: --steps {self.fade.steps}, not {before.get('steps')}: the schedule of the "
+                    "steps not yet trained follows the new total",
+                    file=sys.stderr,
+                )
             if before and before.get("floor") not in (None, self.fade.floor):
-                print(f"note: --internalize: --internalize-floor {self.fade.floor:g}, not {before['floor']:g}: the steps not "
-                      "yet trained follow the new schedule", file=sys.stderr)
+                print(
+                    f"note: --internalize: --internalize-floor {self.fade.floor:g}, not {before['floor']:g}: the steps not "
+                    "yet trained follow the new schedule",
+                    file=sys.stderr,
+                )
             self.model.merge_state({prompts.STATE_KEY: self.fade.record()})
             print(self.fade.describe(self.skill), flush=True)
 
@@ -181,9 +206,18 @@ class Trainer:
 
     def _group(self, task: Task, with_skill: bool) -> art.TrajectoryGroup:
         return art.TrajectoryGroup(
-            rollout(self.model, self.skill, task, temperature=self.temperature, max_tokens=self.s.max_tokens,
-                    timeout=self.s.request_timeout, with_skill=with_skill, without=self.fade and self.fade.without)
-            for _ in range(self.s.rollouts_per_group))
+            rollout(
+                self.model,
+                self.skill,
+                task,
+                temperature=self.temperature,
+                max_tokens=self.s.max_tokens,
+                timeout=self.s.request_timeout,
+                with_skill=with_skill,
+                without=self.fade and self.fade.without,
+            )
+            for _ in range(self.s.rollouts_per_group)
+        )
 
     async def gather(self, batch: list[Task], desc: str, carries=lambda task: True, training: bool = True):
         """The batch's groups, scored; what went wrong; the judge's tokens and cost for this batch."""
@@ -191,9 +225,11 @@ class Trainer:
 
         async def after_each(group):
             stats.rollout_errors += len(group.exceptions)
-            for e in group.exceptions:  # ART writes a kept group's errors to the step's trajectories: a 401 may quote the key
+            # ART writes a kept group's errors to the step's trajectories: a 401 may quote the key
+            for e in group.exceptions:
                 e.message, e.traceback = keys.redact(e.message), keys.redact(e.traceback)
-            if len(group.trajectories) < 2:  # nothing to compare within the group
+            # nothing to compare within the group
+            if len(group.trajectories) < 2:
                 return None
             group = await score_group(group, self.scorer, self.tasks)
             stats.judge_failures += int(group.trajectories[0].metrics["judge_failed"])
@@ -206,39 +242,71 @@ class Trainer:
             advance()
             return kept
 
-        try:  # progress.phase, not ART's bar: a bar on a terminal, periodic lines when piped
+        # progress.phase, not ART's bar: a bar on a terminal, periodic lines when piped
+        try:
             with progress.phase(f"{desc}: rollouts", len(batch), "groups", self.s.quiet) as advance:
                 groups = await art.gather_trajectory_groups(
-                    (self._group(t, carries(t)) for t in batch), pbar_desc=None, max_exceptions=self.s.max_exceptions,
-                    after_each=counted, max_metrics=0)  # metrics are filled in by scoring
-        except Exception as e:  # over the --max-exceptions budget: ART re-raises the rollout's error
-            raise Exit(1, f"{desc}: more rollouts failed than --max-exceptions {self.s.max_exceptions} allows "
-                          f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
-                          "run the same command to resume")
-        stats.dropped = len(batch) - len(groups)  # lost to rollout errors, or with < 2 rollouts left
-        penalise_repeats(groups, self.skill)  # what repeats across the step's tasks is paid for nowhere (scoring/repeats.py)
-        self.totals.add(stats, training)  # training and validation alike, but for "no variance"
+                    (self._group(t, carries(t)) for t in batch),
+                    pbar_desc=None,
+                    max_exceptions=self.s.max_exceptions,
+                    # metrics are filled in by scoring
+                    after_each=counted,
+                    max_metrics=0,
+                )
+        # over the --max-exceptions budget: ART re-raises the rollout's error
+        except Exception as e:
+            raise Exit(
+                1,
+                f"{desc}: more rollouts failed than --max-exceptions {self.s.max_exceptions} allows "
+                f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
+                "run the same command to resume",
+            )
+        # lost to rollout errors, or with < 2 rollouts left
+        stats.dropped = len(batch) - len(groups)
+        # what repeats across the step's tasks is paid for nowhere (scoring/repeats.py)
+        penalise_repeats(groups, self.skill)
+        # training and validation alike, but for "no variance"
+        self.totals.add(stats, training)
         return groups, stats, self.scorer.usage.since(mark)
 
     async def log_step(self, groups, result, stats: Stats, used, step: int) -> tuple[dict, str | None]:
         """Log a trained step (ART's metrics, ours, the monitor's, the judge's); its means and a warning."""
         self.totals.steps += 1
         means, (watch, warning) = step_means(groups), self.monitor.step(groups)
-        if "loss/kl_policy_ref" in result.metrics:  # the KL anchor's (training/anchor.py), by ART's name
+        # the KL anchor's (training/anchor.py), by ART's name
+        if "loss/kl_policy_ref" in result.metrics:
             means["kl"] = result.metrics["loss/kl_policy_ref"]
-        await self.model.log(groups, metrics={**result.metrics, **stats.metrics(), **watch, **used.metrics("train")},
-                             step=step, split="train")
+        await self.model.log(
+            groups,
+            metrics={**result.metrics, **stats.metrics(), **watch, **used.metrics("train")},
+            step=step,
+            split="train",
+        )
         return means, warning
 
     def step_line(self, step: int, m: dict, stats: Stats, used, seconds: float, warning: str | None) -> str:
-        return (f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure "
-                f"{fmt(m.get('procedure'))} correctness {fmt(m.get('correctness'))} | judge failures {stats.judge_failures} "
-                f"| rollout errors {stats.rollout_errors} | dropped {stats.dropped} | no variance {stats.no_variance} "
-                f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | "
-                + (f"SKILL.md in {m['with_skill']:.0%} of prompts, {m['prompt_tokens']:.0f} prompt tokens | " if "with_skill" in m else "")
-                + (f"KL {m['kl']:.4f} | " if "kl" in m else "")
-                + f"{seconds:.2f} s"
-                + (f" | warning: {warning}" if warning else ""))
+        return (
+            f"step {step:>4} | reward {fmt(m.get('reward'))} | format {fmt(m.get('format'))} procedure "
+            f"{fmt(m.get('procedure'))} correctness {fmt(m.get('correctness'))} | judge failures {stats.judge_failures} "
+            f"| rollout errors {stats.rollout_errors} | dropped {stats.dropped} | no variance {stats.no_variance} "
+            f"| judge {used.brief()} (so far {self.scorer.usage.brief()}) | "
+            + (
+                f"SKILL.md in {m['with_skill']:.0%} of prompts, {m['prompt_tokens']:.0f} prompt tokens | "
+                if "with_skill" in m
+                else ""
+            )
+            + (f"KL {m['kl']:.4f} | " if "kl" in m else "")
+            + f"{seconds:.2f} s"
+            + (f" | warning: {warning}" if warning else "")
+        )
+
+    async def validate_base(self, sft) -> None:
+        """Validate the base model (step 0) before a warm start or an internalized run, unless that ran already."""
+        from skill_rl.training.warmstart import STATE_KEY
+
+        started = (self.model.read_state() or {}).get(STATE_KEY)
+        if (sft or self.fade) and await self.model.get_step() == 0 and not started:
+            await self.validate(0)
 
     async def validate(self, step: int) -> float | None:
         """Score the val tasks at this step, log them, redraw the reward plot; their mean reward.
@@ -248,25 +316,41 @@ class Trainer:
         if not self.val_tasks:
             return None
         mark, arm, started = self.scorer.usage.copy(), {}, time.perf_counter()
-        groups, stats, _ = await self.gather(self.val_tasks, f"val @ {step}", lambda task: self.fade is None, training=False)
+        groups, stats, _ = await self.gather(
+            self.val_tasks, f"val @ {step}", lambda task: self.fade is None, training=False
+        )
         if self.fade:
             on, more, _ = await self.gather(self.val_tasks, f"val @ {step} with SKILL.md", training=False)
             stats = Stats(**{f.name: getattr(stats, f.name) + getattr(more, f.name) for f in fields(Stats)})
-            rewards = [t.reward for g in on for t in g.trajectories]  # as val/reward: after the repeats' cut
+            # as val/reward: after the repeats' cut
+            rewards = [t.reward for g in on for t in g.trajectories]
             means = {**step_means(on), "reward": sum(rewards) / len(rewards) if rewards else None}
             arm = {f"skill/{k}": means[k] for k in ("reward", *DIMENSIONS, "prompt_tokens") if means.get(k) is not None}
-            print(f"val  {step:>4} | reward {fmt(means.get('reward'))} | with SKILL.md, {means.get('prompt_tokens', 0):.0f} "
-                  f"prompt tokens | {len(on)} tasks x {self.s.rollouts_per_group}", flush=True)
+            print(
+                f"val  {step:>4} | reward {fmt(means.get('reward'))} | with SKILL.md, {means.get('prompt_tokens', 0):.0f} "
+                f"prompt tokens | {len(on)} tasks x {self.s.rollouts_per_group}",
+                flush=True,
+            )
         used = self.scorer.usage.since(mark)
-        await self.model.log(groups, metrics={**stats.metrics("val_"), **used.metrics("eval"), **arm}, step=step, split="val")
-        await self.plot.draw(self.dir, f"{self.skill.name}: {self.s.run_name}")  # <run dir>/rewards.png, off the step's path
+        await self.model.log(
+            groups, metrics={**stats.metrics("val_"), **used.metrics("eval"), **arm}, step=step, split="val"
+        )
+        # <run dir>/rewards.png, off the step's path
+        await self.plot.draw(self.dir, f"{self.skill.name}: {self.s.run_name}")
         scores = [t for g in groups for t in g.trajectories]
         mean = sum(t.reward for t in scores) / len(scores) if scores else None
-        without = (f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else "")
+        without = (
+            f" | without SKILL.md, {step_means(groups).get('prompt_tokens', 0):.0f} prompt tokens" if self.fade else ""
+        )
         cut = sum(t.metrics.get("truncated", 0.0) for t in scores)
-        print(f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
-              f"{stats.judge_failures}" + (f" | cut at --max-tokens {int(cut)} of {len(scores)}" if cut else "") + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
-              + f" | {time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"val  {step:>4} | reward {fmt(mean)}{without} | {len(groups)} tasks x {self.s.rollouts_per_group} | judge failures "
+            f"{stats.judge_failures}"
+            + (f" | cut at --max-tokens {int(cut)} of {len(scores)}" if cut else "")
+            + (" | the base model" + (", before the warm start" if self.s.sft else "") if step == 0 else "")
+            + f" | {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
         self.val_results.append((step, groups))
         await self.answers(step, groups)
         return mean
@@ -286,8 +370,11 @@ class Trainer:
             present = set(backends.checkpoint_steps(self.dir))
             if gone := sorted(worse & present):
                 await self.backend._delete_checkpoint_files(self.model, sorted(present - worse))
-                print(f"val  {step:>4} | {', '.join(self.monitor.collapsed)} collapsed: checkpoints "
-                      f"{', '.join(map(str, gone))} (worse on validation than the best) deleted", flush=True)
+                print(
+                    f"val  {step:>4} | {', '.join(self.monitor.collapsed)} collapsed: checkpoints "
+                    f"{', '.join(map(str, gone))} (worse on validation than the best) deleted",
+                    flush=True,
+                )
 
     async def close(self) -> None:
         await self.backend.close()
@@ -297,9 +384,17 @@ class Trainer:
         """The validation table, where the run is, and the exit status: 1 if anything failed, 130/143 if stopped."""
         if self.val_results:
             last_step, groups = self.val_results[-1]
-            rows = [summarize(f"{self.model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], self.scorer)]
-            print_table(self.skill, rows, title=f"{self.skill.name}: validation of the trained model (step {last_step})"
-                        + (", without SKILL.md" if self.fade else ""))
+            rows = [
+                summarize(
+                    f"{self.model.name}@{last_step}", [t.metrics for g in groups for t in g.trajectories], self.scorer
+                )
+            ]
+            print_table(
+                self.skill,
+                rows,
+                title=f"{self.skill.name}: validation of the trained model (step {last_step})"
+                + (", without SKILL.md" if self.fade else ""),
+            )
             if line := cut_warning([t for g in groups for t in g.trajectories], self.s.max_tokens, last_step):
                 print(line)
             if self.fade:
@@ -312,13 +407,20 @@ class Trainer:
         for name, c in self.val_categories.items():
             if len(c) == 1 and sum(c.values()) > 1:
                 value, n = c.most_common(1)[0]
-                print(clean(f"warning: the last validation's answers collapsed to one {name}: {value!r} in all {n} of them "
-                            "(the reward may pay for the form more than for this choice; see the step lines' warnings)"))
-        print(f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}")
+                print(
+                    clean(
+                        f"warning: the last validation's answers collapsed to one {name}: {value!r} in all {n} of them "
+                        "(the reward may pay for the form more than for this choice; see the step lines' warnings)"
+                    )
+                )
+        print(
+            f"resume or extend: the same command with --steps N; stopped early: {'yes' if self.stop.is_set() else 'no'}"
+        )
         print(self.totals.line(judged=self.scorer.judge is not None, warm_start=bool(self.s.sft)))
         if line := self.scorer.cache_line():
             print(line)
-        return self.stopper.exit_code(1 if self.totals.failed() else 0)  # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
+        # stopped by a signal: 130 (Ctrl-C) or 143 (SIGTERM)
+        return self.stopper.exit_code(1 if self.totals.failed() else 0)
 
 
 def cut_warning(trajectories, max_tokens: int, step: int) -> str | None:
@@ -326,8 +428,10 @@ def cut_warning(trajectories, max_tokens: int, step: int) -> str | None:
     cut = int(sum(t.metrics.get("truncated", 0.0) for t in trajectories))
     if not cut:
         return None
-    return (f"warning: {cut} of {len(trajectories)} validation answers at step {step} were cut at --max-tokens {max_tokens} "
-            "(finish_reason length): the scores above are of unfinished answers; raise --max-tokens to see whole ones")
+    return (
+        f"warning: {cut} of {len(trajectories)} validation answers at step {step} were cut at --max-tokens {max_tokens} "
+        "(finish_reason length): the scores above are of unfinished answers; raise --max-tokens to see whole ones"
+    )
 
 
 ARM_KEYS = ("format", "procedure", "correctness", "reward", "prompt_tokens")
@@ -345,8 +449,14 @@ def arms(path: Path, last_step: int) -> list[dict]:
         h = rows.get(step, {})
         for prefix, prompt in (("val/skill/", "with SKILL.md"), ("val/", "without SKILL.md")):
             if f"{prefix}reward" in h:
-                out.append({"arm": f"{who}, {prompt}", "step": step, "with_skill": prefix != "val/",
-                            **{k: h.get(prefix + k) for k in ARM_KEYS}})
+                out.append(
+                    {
+                        "arm": f"{who}, {prompt}",
+                        "step": step,
+                        "with_skill": prefix != "val/",
+                        **{k: h.get(prefix + k) for k in ARM_KEYS},
+                    }
+                )
     return out
 
 
@@ -363,10 +473,14 @@ def print_arms(skill: Skill, rows: list[dict], last_step: int) -> None:
     for i, h in enumerate(("arm", "format", "procedure", "correctness", "overall", "prompt tokens / request")):
         table.add_column(h, justify="left" if i == 0 else "right")
     for r in rows:
-        table.add_row(literal(r["arm"]), *(fmt(r[k]) for k in ARM_KEYS[:4]),
-                      "—" if r["prompt_tokens"] is None else f"{r['prompt_tokens']:.0f}")
+        table.add_row(
+            literal(r["arm"]),
+            *(fmt(r[k]) for k in ARM_KEYS[:4]),
+            "—" if r["prompt_tokens"] is None else f"{r['prompt_tokens']:.0f}",
+        )
     console = Console()
-    console.width = max(console.width, 120)  # never wrap an arm's name or shorten a figure to fit a narrow pipe
+    # never wrap an arm's name or shorten a figure to fit a narrow pipe
+    console.width = max(console.width, 120)
     console.print(table)
     on = [r["prompt_tokens"] for r in rows if r["with_skill"] and r["prompt_tokens"]]
     off = [r["prompt_tokens"] for r in rows if not r["with_skill"] and r["prompt_tokens"]]

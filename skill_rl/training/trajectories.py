@@ -10,7 +10,8 @@ def output_of(traj) -> str:
     """The last message's text, read from the Choice (or dict) the trajectory holds. Not `traj.messages()`:
     ART 0.5.23 builds a pydantic TypeAdapter on each call, which cost more than the rest of a step."""
     last = traj.messages_and_choices[-1]
-    message = getattr(last, "message", None)  # a Choice, as the policy answered
+    # a Choice, as the policy answered
+    message = getattr(last, "message", None)
     return (last.get("content") if message is None else message.content) or ""
 
 

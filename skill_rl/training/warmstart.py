@@ -34,16 +34,18 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from skill_rl import prompts
-from skill_rl.errors import Exit
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec
-from skill_rl.training import history
+from skill_rl.errors import Exit
+from skill_rl.files import atomic_write, read_objects
 from skill_rl.keys import MASK, redact
 from skill_rl.skills import Skill, SkillError, Task
-from skill_rl.files import atomic_write, read_objects
 from skill_rl.text import display, problem, pydantic_problems, show
+from skill_rl.training import history
 
-STATE_KEY = "skill_rl_warm_start"  # under this key in ART's state.json (model.merge_state)
-EXAMPLES_FILE = "warmstart.jsonl"  # in the run's folder
+# under this key in ART's state.json (model.merge_state)
+STATE_KEY = "skill_rl_warm_start"
+# in the run's folder
+EXAMPLES_FILE = "warmstart.jsonl"
 SOURCES = ("references", "teacher")
 SOURCE_LABELS = {"reference": "references", "file": "from files", "teacher": "from the teacher"}
 
@@ -74,13 +76,21 @@ def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example
         try:
             ex = Example.model_validate(obj)
         except ValidationError as e:
-            problems.extend(pydantic_problems(path, e, lambda loc: n))
+            problems.extend(pydantic_problems(path, e, lambda loc, n=n: n))
             continue
         task = by_id.get(ex.task_id)
         if task is None:
-            problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.tasks_path)}"))
+            problems.append(
+                problem(path, n, f"field 'task_id' {show(ex.task_id)} is not in {display(skill.tasks_path)}")
+            )
         elif task.split != "train":
-            problems.append(problem(path, n, f"field 'task_id' {show(ex.task_id)} is a {task.split} task; only train tasks may reach SFT"))
+            problems.append(
+                problem(
+                    path,
+                    n,
+                    f"field 'task_id' {show(ex.task_id)} is a {task.split} task; only train tasks may reach SFT",
+                )
+            )
         else:
             out.append(ex)
     return out
@@ -93,7 +103,8 @@ class Plan:
     sources: list[str]
     teacher: Endpoint | None = None
     from_files: list[Example] = field(default_factory=list)
-    by_default: bool = False  # the backend's default (--backend cpu), not --sft: a run trained without one stays so
+    # the backend's default (--backend cpu), not --sft: a run trained without one stays so
+    by_default: bool = False
 
 
 def prepare(args, skill: Skill, by_default: bool = False) -> Plan | None:
@@ -105,13 +116,17 @@ def prepare(args, skill: Skill, by_default: bool = False) -> Plan | None:
         return None
     plan = Plan(sources=list(dict.fromkeys(args.sft_from or ["references"])), by_default=by_default)
     if args.backend == "tinker":
-        problems.append("error: --sft: ART 0.5.23's Tinker backend cannot fine-tune (its train_sft raises NotImplementedError); use --backend local or serverless")
+        problems.append(
+            "error: --sft: ART 0.5.23's Tinker backend cannot fine-tune (its train_sft raises NotImplementedError); use --backend local or serverless"
+        )
     if "teacher" in plan.sources:
         key = os.environ.get("TEACHER_API_KEY") or args.api_key or os.environ.get("OPENAI_API_KEY")
         try:
             plan.teacher = parse_spec(args.teacher or "", args.base_url or os.environ.get("OPENAI_BASE_URL"), key)
         except ValueError:
-            problems.append(f"error: --sft-from teacher needs --teacher SPEC (a model id, or label=ID@URL), got {args.teacher!r}")
+            problems.append(
+                f"error: --sft-from teacher needs --teacher SPEC (a model id, or label=ID@URL), got {args.teacher!r}"
+            )
     elif args.teacher:
         problems.append("error: --teacher is used only with --sft-from teacher")
     if "references" in plan.sources and not any(t.reference for t in skill.split("train")):
@@ -138,34 +153,51 @@ def quotes_key(output: str, source: str) -> bool:
 class Candidate:
     output: str
     sources: list[str]
-    score: object = None  # rubric.Score, once scored
+    # rubric.Score, once scored
+    score: object = None
 
 
-async def sample_teacher(args, plan: Plan, skill: Skill, tasks: list[Task]) -> tuple[dict[str, list[tuple[str, str | None]]], list[str]]:
+async def sample_teacher(
+    args, plan: Plan, skill: Skill, tasks: list[Task]
+) -> tuple[dict[str, list[tuple[str, str | None]]], list[str]]:
     """The teacher's outputs per task id, and one line per task it failed on (after the client's retries)."""
     ep, gate = plan.teacher, asyncio.Semaphore(args.concurrency)
     teacher = client(ep, args.request_timeout)
     try:
-        outs = await asyncio.gather(*(generate(teacher, ep, skill, t, args.teacher_samples, args.teacher_temperature,
-                                               args.max_tokens, gate) for t in tasks), return_exceptions=True)
+        outs = await asyncio.gather(
+            *(
+                generate(teacher, ep, skill, t, args.teacher_samples, args.teacher_temperature, args.max_tokens, gate)
+                for t in tasks
+            ),
+            return_exceptions=True,
+        )
     finally:
         await teacher.close()
     served = {t.id: o for t, o in zip(tasks, outs) if not isinstance(o, BaseException)}
-    failed = [f"teacher {ep.label}: {t.id}: {type(o).__name__}: {redact(str(o))[:160]}" for t, o in zip(tasks, outs) if isinstance(o, BaseException)]
+    failed = [
+        f"teacher {ep.label}: {t.id}: {type(o).__name__}: {redact(str(o))[:160]}"
+        for t, o in zip(tasks, outs)
+        if isinstance(o, BaseException)
+    ]
     return served, failed
 
 
-async def candidates(args, plan: Plan, skill: Skill, tasks: list[Task], counts: dict) -> tuple[dict[str, list[Candidate]], list[str]]:
+async def candidates(
+    args, plan: Plan, skill: Skill, tasks: list[Task], counts: dict
+) -> tuple[dict[str, list[Candidate]], list[str]]:
     """Every source's outputs per train task, duplicates merged (same task, same text once stripped)."""
     by_task: dict[str, list[Candidate]] = {t.id: [] for t in tasks}
-    seen: dict[tuple[str, str], Candidate] = {}  # (task id, stripped output) -> its candidate: one look-up per line
+    # (task id, stripped output) -> its candidate: one look-up per line
+    seen: dict[tuple[str, str], Candidate] = {}
 
     def add(task_id: str, output: str, source: str) -> None:
-        if task_id not in by_task:  # a train task skipped as too long for --context-tokens
+        # a train task skipped as too long for --context-tokens
+        if task_id not in by_task:
             counts["too long"] += 1
             return
         counts[source] += 1
-        if quotes_key(output, source):  # never scored (the judge would read it), never trained on, never written
+        # never scored (the judge would read it), never trained on, never written
+        if quotes_key(output, source):
             counts["quoting an API key"] += 1
             return
         same = seen.get((task_id, output.strip()))
@@ -205,8 +237,20 @@ def select(cands: list[Candidate], min_reward: float, counts: dict) -> list[Cand
 
 async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dict], int]:
     """The kept examples as records (task order), and the number of failures (teacher tasks, judge groups)."""
-    counts = dict.fromkeys(("reference", "file", "teacher", "duplicates", "too long", "cut by --max-tokens", "quoting an API key",
-                            "below the minimum reward", "teacher samples below their task's best"), 0)
+    counts = dict.fromkeys(
+        (
+            "reference",
+            "file",
+            "teacher",
+            "duplicates",
+            "too long",
+            "cut by --max-tokens",
+            "quoting an API key",
+            "below the minimum reward",
+            "teacher samples below their task's best",
+        ),
+        0,
+    )
     by_task, failed = await candidates(args, plan, scorer.skill, tasks, counts)
     for line in failed:
         print(line, file=sys.stderr, flush=True)
@@ -221,17 +265,33 @@ async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dic
             c.score = s
 
     await asyncio.gather(*(score(t) for t in tasks if by_task[t.id]))
-    records = [{"task_id": t.id, "output": c.output, "source": "+".join(dict.fromkeys(c.sources)),
-                "reward": round(c.score.reward, 6), "format": c.score.format, "procedure": c.score.procedure,
-                "correctness": c.score.correctness, "judged": c.score.judged}
-               for t in tasks for c in select(by_task[t.id], args.teacher_min_reward, counts)]
+    records = [
+        {
+            "task_id": t.id,
+            "output": c.output,
+            "source": "+".join(dict.fromkeys(c.sources)),
+            "reward": round(c.score.reward, 6),
+            "format": c.score.format,
+            "procedure": c.score.procedure,
+            "correctness": c.score.correctness,
+            "judged": c.score.judged,
+        }
+        for t in tasks
+        for c in select(by_task[t.id], args.teacher_min_reward, counts)
+    ]
     found = ", ".join(f"{counts[k]} {label}" for k, label in SOURCE_LABELS.items() if counts[k])
     dropped = ", ".join(f"{v} {k}" for k, v in counts.items() if v and k not in SOURCE_LABELS)
-    teacher = f"{len(failed)} teacher task failure(s)" if plan.teacher else "no teacher"  # none asked: none failed
+    # none asked: none failed
+    teacher = f"{len(failed)} teacher task failure(s)" if plan.teacher else "no teacher"
     judged = f"{judge_failures} judge failure(s)" if scorer.judge is not None else "no judge (checks only)"
-    print(f"warm start: candidates {found or 'none'}; {teacher}; {judged}; dropped: {dropped or 'nothing'} "
-          f"(--teacher-min-reward {args.teacher_min_reward:g})")
-    print(f"warm start: kept {len(records)} example(s) for {len({r['task_id'] for r in records})} of {len(tasks)} train tasks", flush=True)
+    print(
+        f"warm start: candidates {found or 'none'}; {teacher}; {judged}; dropped: {dropped or 'nothing'} "
+        f"(--teacher-min-reward {args.teacher_min_reward:g})"
+    )
+    print(
+        f"warm start: kept {len(records)} example(s) for {len({r['task_id'] for r in records})} of {len(tasks)} train tasks",
+        flush=True,
+    )
     return records, len(failed) + judge_failures
 
 
@@ -240,19 +300,30 @@ async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dic
 
 @dataclass
 class Outcome:
-    steps: int = 0  # ART steps (checkpoints) the warm start took, in this invocation or an earlier one
-    trained: bool = False  # fine-tuned in this invocation
-    failures: int = 0  # teacher tasks and judge groups that failed while collecting examples
+    # ART steps (checkpoints) the warm start took, in this invocation or an earlier one
+    steps: int = 0
+    # fine-tuned in this invocation
+    trained: bool = False
+    # teacher tasks and judge groups that failed while collecting examples
+    failures: int = 0
 
 
 def _trajectories(skill: Skill, records: list[dict], without: str | None = None):
     """One chat per example; `without` (--internalize): two, with SKILL.md and with that in its place."""
     import art
 
-    return [art.Trajectory(messages_and_choices=[*prompts.messages(skill, skill.task(r["task_id"]), with_skill, without or "stub"),
-                                                 {"role": "assistant", "content": r["output"]}],
-                           reward=r["reward"] or 0.0, metadata={"task_id": r["task_id"], "source": r["source"] or "file"})
-            for r in records for with_skill in ((True, False) if without else (True,))]
+    return [
+        art.Trajectory(
+            messages_and_choices=[
+                *prompts.messages(skill, skill.task(r["task_id"]), with_skill, without or "stub"),
+                {"role": "assistant", "content": r["output"]},
+            ],
+            reward=r["reward"] or 0.0,
+            metadata={"task_id": r["task_id"], "source": r["source"] or "file"},
+        )
+        for r in records
+        for with_skill in ((True, False) if without else (True,))
+    ]
 
 
 def _logged(model, step: int) -> dict:
@@ -265,8 +336,9 @@ def _fmt(x) -> str:
     return "  —  " if x is None else f"{x:.3g}"
 
 
-async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event,
-                  without: str | None = None) -> int:
+async def _epochs(
+    model, skill: Skill, records: list[dict], state: dict, seed: int, stop: asyncio.Event, without: str | None = None
+) -> int:
     """Run the epochs `state` has not done yet, one `train_sft` call (one checkpoint) each; return how many ran."""
     import art
 
@@ -281,15 +353,21 @@ async def _epochs(model, skill: Skill, records: list[dict], state: dict, seed: i
             raise Exit(2, f"--sft: this backend cannot fine-tune in ART 0.5.23: {e}")
         step = await model.get_step()
         if step == before:
-            raise Exit(1, f"sft epoch {epoch}: the backend trained nothing (no trainable tokens? examples longer than "
-                          "the model's context are dropped); the run is unchanged")
+            raise Exit(
+                1,
+                f"sft epoch {epoch}: the backend trained nothing (no trainable tokens? examples longer than "
+                "the model's context are dropped); the run is unchanged",
+            )
         model.merge_state({STATE_KEY: {"epochs_done": epoch, "step": step}})
         state.update(epochs_done=epoch, step=step)
         ran += 1
         m = _logged(model, step)
-        print(f"sft  {epoch}/{state['epochs']} | step {step} | examples {len(order)} | batches "
-              f"{_fmt(m.get('data/step_num_gradient_steps'))} | loss {_fmt(m.get('loss/train'))} | learning rate "
-              f"{_fmt(m.get('loss/learning_rate'))} | {time.perf_counter() - start:.2f} s", flush=True)
+        print(
+            f"sft  {epoch}/{state['epochs']} | step {step} | examples {len(order)} | batches "
+            f"{_fmt(m.get('data/step_num_gradient_steps'))} | loss {_fmt(m.get('loss/train'))} | learning rate "
+            f"{_fmt(m.get('loss/learning_rate'))} | {time.perf_counter() - start:.2f} s",
+            flush=True,
+        )
     return ran
 
 
@@ -297,8 +375,11 @@ async def _begin(args, plan: Plan, model, scorer, tasks: list[Task], path: Path)
     """Collect and score the examples, write them to `path`, and record the warm start in the run's state."""
     step = await model.get_step()
     if step > 0:
-        raise Exit(2, f"--sft: run {args.run_name} already has {step} training step(s); a warm start goes before "
-                      "the first RL step: pass another --run-name")
+        raise Exit(
+            2,
+            f"--sft: run {args.run_name} already has {step} training step(s); a warm start goes before "
+            "the first RL step: pass another --run-name",
+        )
     records, failures = await collect(args, plan, scorer, tasks)
     if not records:
         raise Exit(1, "warm start: no example to fine-tune on; nothing was trained (see the counts above)")
@@ -308,9 +389,17 @@ async def _begin(args, plan: Plan, model, scorer, tasks: list[Task], path: Path)
     except OSError as e:
         raise Exit(1, f"warm start: cannot write {path}: {e.strerror or e}; nothing was trained") from None
     print(f"warm start: examples and scores in {path} (reuse them: --sft-from {path})")
-    state = {"start_step": step, "step": step, "epochs": args.sft_epochs, "epochs_done": 0, "examples": len(records),
-             "sources": plan.sources, "learning_rate": args.sft_learning_rate, "batch_size": args.sft_batch_size,
-             "min_reward": args.teacher_min_reward}
+    state = {
+        "start_step": step,
+        "step": step,
+        "epochs": args.sft_epochs,
+        "epochs_done": 0,
+        "examples": len(records),
+        "sources": plan.sources,
+        "learning_rate": args.sft_learning_rate,
+        "batch_size": args.sft_batch_size,
+        "min_reward": args.teacher_min_reward,
+    }
     model.merge_state({STATE_KEY: state})
     return records, state, failures
 
@@ -330,19 +419,26 @@ async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: a
     state = (model.read_state() or {}).get(STATE_KEY)
     step = await model.get_step()
     if state and state["step"] < step and state["epochs_done"] < state["epochs"]:
-        state.update(epochs_done=state["epochs_done"] + 1, step=step)  # stopped after train_sft saved, before the record
+        # stopped after train_sft saved, before the record
+        state.update(epochs_done=state["epochs_done"] + 1, step=step)
     done = bool(state) and state["epochs_done"] >= state["epochs"]
     if state is None and plan is None:
         return Outcome()
     if done or plan is None:
         if not done:
-            raise Exit(2, f"this run's warm start stopped after epoch {state['epochs_done']} of {state['epochs']}: "
-                          "run the same command with --sft to finish it, or start another --run-name")
+            raise Exit(
+                2,
+                f"this run's warm start stopped after epoch {state['epochs_done']} of {state['epochs']}: "
+                "run the same command with --sft to finish it, or start another --run-name",
+            )
         if plan:
-            print(f"warm start: done earlier in this run ({state['examples']} examples, {state['epochs']} epoch(s)); not again")
+            print(
+                f"warm start: done earlier in this run ({state['examples']} examples, {state['epochs']} epoch(s)); not again"
+            )
         return Outcome(steps=state["step"] - state["start_step"])
     path, failures = Path(model._get_output_dir()) / EXAMPLES_FILE, 0
-    if state is None and plan.by_default and step > 0:  # a run begun with --no-sft, or before the default
+    # a run begun with --no-sft, or before the default
+    if state is None and plan.by_default and step > 0:
         return Outcome()
     if state is None:
         records, state, failures = await _begin(args, plan, model, scorer, tasks, path)

@@ -14,15 +14,38 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from skill_rl import check
 from skill_rl.scoring import diffs
 from skill_rl.scoring.diffs import parse_diff
 from skill_rl.scoring.injection import addresses_grader
-from skill_rl import check
 
-LABELS = ("praise", "nitpick", "suggestion", "issue", "todo", "question", "thought", "chore", "note",
-          "typo", "polish", "quibble")
-KINDS = ("off-by-one", "null-handling", "injection", "leaked-secret", "race", "resource-leak",
-         "swallowed-error", "missing-test", "performance", "wrong-api", "other")
+LABELS = (
+    "praise",
+    "nitpick",
+    "suggestion",
+    "issue",
+    "todo",
+    "question",
+    "thought",
+    "chore",
+    "note",
+    "typo",
+    "polish",
+    "quibble",
+)
+KINDS = (
+    "off-by-one",
+    "null-handling",
+    "injection",
+    "leaked-secret",
+    "race",
+    "resource-leak",
+    "swallowed-error",
+    "missing-test",
+    "performance",
+    "wrong-api",
+    "other",
+)
 SECTIONS = ("summary", "findings", "verdict")
 VERDICTS = ("approve", "request-changes")
 
@@ -30,7 +53,8 @@ VERDICTS = ("approve", "request-changes")
 class Defect(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     file: str = Field(min_length=1)
-    lines: tuple[int, int]  # [start, end] in the new file, inclusive
+    # [start, end] in the new file, inclusive
+    lines: tuple[int, int]
     kind: Literal[KINDS]
 
     @model_validator(mode="after")
@@ -66,7 +90,8 @@ LOCATION = re.compile(r"(?<![\w./-])(?P<file>[\w./-]+\.[\w]+|[\w./-]*/[\w.-]+):(
 @dataclass(frozen=True)
 class Finding:
     line: str
-    label: str | None  # None when the line is not a valid Conventional Comment
+    # None when the line is not a valid Conventional Comment
+    label: str | None
     blocking: bool
     file: str | None
     start: int
@@ -75,11 +100,14 @@ class Finding:
 
 @dataclass(frozen=True)
 class Review:
-    preamble: str  # non-blank text before the first section
-    order: tuple[str, ...]  # section titles in the order they appear
+    # non-blank text before the first section
+    preamble: str
+    # section titles in the order they appear
+    order: tuple[str, ...]
     summary: str
     findings: tuple[Finding, ...]
-    none: bool  # the Findings section says `None.`
+    # the Findings section says `None.`
+    none: bool
     verdict: str
 
 
@@ -94,7 +122,8 @@ def _finding(line: str) -> Finding:
         decorations = {d.strip() for d in (m["decorations"] or "").split(",")}
         start = _number(m["start"], 0)
         return Finding(line, m["label"], "blocking" in decorations, m["file"], start, _number(m["end"], start))
-    loc = LOCATION.search(line)  # malformed, but a cited location still counts for correctness
+    # malformed, but a cited location still counts for correctness
+    loc = LOCATION.search(line)
     if loc:
         start = _number(loc["start"], 0)
         return Finding(line, None, "blocking" in line.lower(), loc["file"], start, _number(loc["end"], start))
@@ -117,7 +146,8 @@ def parse(text: str) -> Review:
     body = [ln.strip() for ln in sections.get("findings", []) if ln.strip()]
     none = body in (["None."], ["None"], ["none."], ["none"])
     return Review(
-        preamble="\n".join(preamble).strip(), order=tuple(order),
+        preamble="\n".join(preamble).strip(),
+        order=tuple(order),
         summary=" ".join(sections.get("summary", [])).strip(),
         findings=() if none else tuple(_finding(ln) for ln in body),
         none=none,
@@ -142,8 +172,12 @@ def three_sections(output: str, task) -> bool:
 def review_only(output: str, task) -> bool:
     """Nothing before the first section, no code fence around the review, no words for the grader."""
     text = output.strip()
-    return (not parse(output).preamble and not text.startswith("```") and not text.endswith("```")
-            and not addresses_grader(output))
+    return (
+        not parse(output).preamble
+        and not text.startswith("```")
+        and not text.endswith("```")
+        and not addresses_grader(output)
+    )
 
 
 @check("format")
@@ -189,9 +223,12 @@ def _overlaps(f: Finding, defect) -> bool:
     return f.file == defect.file and f.start <= defect.lines[1] and defect.lines[0] <= f.end
 
 
-SLACK = 5  # lines a finding may cite beyond its defect's own before its credit shrinks
-ALLOWANCE = 2  # non-blocking findings off the defects that cost nothing: the references hold up to two
-REMARK = 0.25  # the cost of each further one, against 1 for a blocking finding off the defects
+# lines a finding may cite beyond its defect's own before its credit shrinks
+SLACK = 5
+# non-blocking findings off the defects that cost nothing: the references hold up to two
+ALLOWANCE = 2
+# the cost of each further one, against 1 for a blocking finding off the defects
+REMARK = 0.25
 
 
 def _tightness(f: Finding, defect) -> float:
@@ -211,7 +248,8 @@ def detection(findings, defects) -> tuple[float, float, float]:
             t, i = max(fresh)
             credit[i] = t
             continue
-        for t, i in tight:  # a second finding on a found defect says it again: keep its better range
+        # a second finding on a found defect says it again: keep its better range
+        for t, i in tight:
             credit[i] = max(credit[i], t)
         false_blocking, remarks = false_blocking + f.blocking, remarks + (not f.blocking)
     hits = sum(c > 0 for c in credit)
@@ -220,7 +258,8 @@ def detection(findings, defects) -> tuple[float, float, float]:
     return recall, sum(credit) / (hits + cost) if hits + cost else 1.0, cost
 
 
-@check("correctness", key=True, covers=0.45)  # the findings against the known defects: most of what correctness is
+# the findings against the known defects: most of what correctness is
+@check("correctness", key=True, covers=0.45)
 def defects_detected(output: str, task) -> float | None:
     """Findings scored as a detector's alarms: F1 = 2PR / (P + R) of recall R (planted defects found, each weighted
     by how tightly its best finding cites it) and precision P (see `detection`). On a clean diff every finding
@@ -246,11 +285,14 @@ def no_phantom_lines(output: str, task) -> float | None:
     return sum(_exists(task, f) for f in findings) / len(findings) if findings else None
 
 
-MAX_SUMMARY = 2000  # characters of the summary looked at: three sentences fit many times over
-FOREIGN_NAMES = 0.25  # share of a summary's code names that may be absent from the diff (the feature it is for)
+# characters of the summary looked at: three sentences fit many times over
+MAX_SUMMARY = 2000
+# share of a summary's code names that may be absent from the diff (the feature it is for)
+FOREIGN_NAMES = 0.25
 
 
-@check("correctness", kind="estimate")  # a guess at content: it cuts a summary about nothing, never pays
+# a guess at content: it cuts a summary about nothing, never pays
+@check("correctness", kind="estimate")
 def summary_grounded(output: str, task) -> float | None:
     """The summary is about this diff. Of its specific words (file names, identifiers, words of the diff's lines),
     one in five found in the diff earns full credit (the references find 21 % or more, another task's summary
@@ -271,15 +313,22 @@ def summary_grounded(output: str, task) -> float | None:
 
 
 # Words for a class of defect: a finding that names the class says something even where it names no code.
-DEFECT_CLASS = frozenset(diffs.key(w) for w in (
-    "null none nil undefined empty missing boundary bound off-by-one fencepost index overflow underflow race "
-    "lock deadlock leak close closed injection sql shell html xss interpolated escape escaped unescaped sanitize "
-    "secret credential token exception "
-    "swallowed catch await async timeout retry validate validation regression crash infinite loop encoding "
-    "unicode whitespace trim precision rounding permission authorization authentication order sort type cast "
-    "mutation mutate concurrency thread blocking quadratic allocation cache stale duplicate negative zero").replace("-", " ").split())
+DEFECT_CLASS = frozenset(
+    diffs.key(w)
+    for w in (
+        "null none nil undefined empty missing boundary bound off-by-one fencepost index overflow underflow race "
+        "lock deadlock leak close closed injection sql shell html xss interpolated escape escaped unescaped sanitize "
+        "secret credential token exception "
+        "swallowed catch await async timeout retry validate validation regression crash infinite loop encoding "
+        "unicode whitespace trim precision rounding permission authorization authentication order sort type cast "
+        "mutation mutate concurrency thread blocking quadratic allocation cache stale duplicate negative zero"
+    )
+    .replace("-", " ")
+    .split()
+)
 CODE_SPAN = re.compile(r"`([^`\n]{1,80})`")
-NEAR = 3  # lines beside a cited range whose words still count as what the finding is about
+# lines beside a cited range whose words still count as what the finding is about
+NEAR = 3
 
 
 def _near_text(task, f: Finding) -> str:
@@ -308,20 +357,24 @@ def specificity(task, f: Finding) -> float:
     quoted name counts as a word) or a class of defect, 0.5 for one such word, 0 for none ("this is wrong")."""
     if f.file is None:
         return 0.0
-    said = f.line[f.line.find(f"{f.file}:") + len(f.file) + 1:][:MAX_SUMMARY]
+    said = f.line[f.line.find(f"{f.file}:") + len(f.file) + 1 :][:MAX_SUMMARY]
     near = _near_text(task, f)
     spans = {c.strip() for c in CODE_SPAN.findall(said) if c.strip()}
-    bare = [c for c in spans if diffs.WORD.fullmatch(c)]  # `name`: a word, quoted
+    # `name`: a word, quoted
+    bare = [c for c in spans if diffs.WORD.fullmatch(c)]
     words = diffs.specific_words(" ".join([CODE_SPAN.sub(" ", said), *bare]))
     vocab = diffs.vocabulary(near) if words else frozenset()
     hits = {w.lower() for w in words if diffs.found(w, vocab) or diffs.key(w) in DEFECT_CLASS}
     near_words = set(diffs.WORD.findall(near))
-    quoted = any(span in near or any(w in near_words for w in diffs.WORD.findall(span) if len(w) > 1)
-                 for span in spans - set(bare))
+    quoted = any(
+        span in near or any(w in near_words for w in diffs.WORD.findall(span) if len(w) > 1)
+        for span in spans - set(bare)
+    )
     return 1.0 if quoted or len(hits) >= 2 else 0.5 * len(hits)
 
 
-@check("correctness", kind="estimate")  # a guess at content: it cuts findings that say nothing
+# a guess at content: it cuts findings that say nothing
+@check("correctness", kind="estimate")
 def findings_specific(output: str, task) -> float | None:
     """Each finding says something about the lines it cites: names, operators or values from them, or the class of
     defect (see `specificity`); the mean over findings. A right location with "this is wrong" earns nothing here."""
@@ -342,24 +395,32 @@ def no_false_alarms(output: str, task) -> bool | None:
 # non-merge commit (skill_rl/mining/ walks the history, bounds and filters the diff, dedups,
 # splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
 
-from skill_rl.scoring.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)
 from skill_rl.mining import FileChange, Skip  # noqa: E402
+from skill_rl.scoring.diffs import reverse_diff  # noqa: E402  (kept here so the checks above stay as they are)
 
 FIX = re.compile(r"^fix(\([^()\n]*\))?!?: \S")
-NOT_A_CODE_FIX = re.compile(r"^fix\((docs?|tests?|ci|lint|style|typos?|readme|changelog|deps|build)\)|\b(typos?|spelling"
-                            r"|misspel\w*|comments?|docstrings?|readme|changelog|lint(er|ing)?|wording|flaky|tests?|formatting|reformat\w*|prettier|oxfmt)\b", re.I)
-SOURCE = frozenset("py js jsx ts tsx mjs cjs go rs java kt kts scala c h cc cpp cxx hpp hh cs rb php swift m mm dart "
-                   "ex exs erl hs ml clj lua pl sh bash sql r jl vue svelte zig nim groovy".split())
-CITABLE = re.compile(r"[\w./@+-]+\.[A-Za-z0-9]+")  # a path the Findings format can cite as file:line
+NOT_A_CODE_FIX = re.compile(
+    r"^fix\((docs?|tests?|ci|lint|style|typos?|readme|changelog|deps|build)\)|\b(typos?|spelling"
+    r"|misspel\w*|comments?|docstrings?|readme|changelog|lint(er|ing)?|wording|flaky|tests?|formatting|reformat\w*|prettier|oxfmt)\b",
+    re.I,
+)
+SOURCE = frozenset(
+    "py js jsx ts tsx mjs cjs go rs java kt kts scala c h cc cpp cxx hpp hh cs rb php swift m mm dart "
+    "ex exs erl hs ml clj lua pl sh bash sql r jl vue svelte zig nim groovy".split()
+)
+# a path the Findings format can cite as file:line
+CITABLE = re.compile(r"[\w./@+-]+\.[A-Za-z0-9]+")
 MAX_FIX_LINES = 20
 MAX_HUNKS = 2
 HUNK_START = re.compile(r"^@@ -(\d+)")
 HUNK_BOTH = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)")
-KIND_HINTS = ((re.compile(r"off[- ]by[- ]one|fencepost", re.I), "off-by-one"),
-              (re.compile(r"\b(None|null|nil|NULL|NoneType|NullPointerException|NPE)\b"), "null-handling"),
-              (re.compile(r"\b(sql|command|shell) injection|\bxss\b", re.I), "injection"),
-              (re.compile(r"\brace condition|\bdata race", re.I), "race"),
-              (re.compile(r"\b(memory|fd|file|handle|connection|socket|goroutine) leak", re.I), "resource-leak"))
+KIND_HINTS = (
+    (re.compile(r"off[- ]by[- ]one|fencepost", re.I), "off-by-one"),
+    (re.compile(r"\b(None|null|nil|NULL|NoneType|NullPointerException|NPE)\b"), "null-handling"),
+    (re.compile(r"\b(sql|command|shell) injection|\bxss\b", re.I), "injection"),
+    (re.compile(r"\brace condition|\bdata race", re.I), "race"),
+    (re.compile(r"\b(memory|fd|file|handle|connection|socket|goroutine) leak", re.I), "resource-leak"),
+)
 
 
 def fixed_ranges(diff: str) -> list[tuple[int, int]]:
@@ -379,7 +440,8 @@ def fixed_ranges(diff: str) -> list[tuple[int, int]]:
             close()
             run, inserted_at = [], None
             old = int(m[1]) if m else old + 1
-        elif line[:1] == "-" and old:  # old is 0 until the first hunk: the ---/+++ header is not a change
+        # old is 0 until the first hunk: the ---/+++ header is not a change
+        elif line[:1] == "-" and old:
             run.append(old)
             old += 1
         elif line[:1] == "+" and old and inserted_at is None:
@@ -400,12 +462,17 @@ def _shown(diff, path: str, start: int, end: int) -> list[int] | None:
 
 # Files a fix carries beside the code it fixes: left out of the count and of the task's diff (lock files,
 # binary and generated files the core leaves out already).
-SIDE_FILE = re.compile(r"(^|/)(tests?|specs?|__tests__|__mocks__|__snapshots__|fixtures?|testdata|test-?data|e2e|docs?"
-                       r"|examples?)/|(^|/)test_[^/]*$|[._-](test|spec|tests|test-d)\.[^/.]+$|_test\.go$"
-                       r"|(^|/)(changelog|changes|history|news|releases?|authors|contributors)([._-][^/]*)?$"
-                       r"|\.(md|mdx|rst|adoc|txt|snap)$", re.I)
-CLEAN = re.compile(r"^(feat|refactor|perf|chore|build)(\([^()\n]*\))?: \S")  # changes that fix nothing
-LATER_FIX = re.compile(r"^(fix|bugfix|hotfix)\b|\bbug\b|^revert\b", re.I)  # a later commit that repairs or undoes
+SIDE_FILE = re.compile(
+    r"(^|/)(tests?|specs?|__tests__|__mocks__|__snapshots__|fixtures?|testdata|test-?data|e2e|docs?"
+    r"|examples?)/|(^|/)test_[^/]*$|[._-](test|spec|tests|test-d)\.[^/.]+$|_test\.go$"
+    r"|(^|/)(changelog|changes|history|news|releases?|authors|contributors)([._-][^/]*)?$"
+    r"|\.(md|mdx|rst|adoc|txt|snap)$",
+    re.I,
+)
+# changes that fix nothing
+CLEAN = re.compile(r"^(feat|refactor|perf|chore|build)(\([^()\n]*\))?: \S")
+# a later commit that repairs or undoes
+LATER_FIX = re.compile(r"^(fix|bugfix|hotfix)\b|\bbug\b|^revert\b", re.I)
 
 
 def _source_file(commit) -> FileChange | str:
@@ -426,8 +493,9 @@ def _small(diff: str) -> str | None:
     if not 0 < changed <= MAX_FIX_LINES or not 1 <= len(hunks) <= MAX_HUNKS:
         return f"not 1-{MAX_HUNKS} hunks of at most {MAX_FIX_LINES} changed lines"
     body = [ln for hunk in hunks for ln in hunk.split("\n")[1:]]
-    if "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "-") == \
-            "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "+"):
+    if "".join(re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "-") == "".join(
+        re.sub(r"\s", "", ln[1:]) for ln in body if ln[:1] == "+"
+    ):
         return "whitespace only"
     return None
 
@@ -474,7 +542,8 @@ def _moved(line: int, changes, low: bool) -> int:
     """Where old line `line` is after `changes` (a line that changed: the first or last line of what replaced it)."""
     shift = 0
     for old, n_old, new, n_new in changes:
-        if n_old == 0:  # an insertion before old line `old`
+        # an insertion before old line `old`
+        if n_old == 0:
             if line < old:
                 break
             shift += n_new
@@ -512,7 +581,9 @@ def _later_fix(commit, path: str, ranges: list[tuple[int, int]]) -> str | None:
 
 def _names(lines: list[str], n: int = 2) -> list[str]:
     """The longest identifiers of some code lines, for a reference that names what it talks about."""
-    found = sorted({w for ln in lines for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", ln)}, key=lambda w: (-len(w), w))
+    found = sorted(
+        {w for ln in lines for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", ln)}, key=lambda w: (-len(w), w)
+    )
     return found[:n]
 
 
@@ -533,8 +604,10 @@ def _clean_task(commit, path: str, diff: str) -> dict | str:
         return why
     changed = [ln for o, minus, n, plus in runs(diff) for ln in minus + plus]
     names = " and ".join(f"`{n}`" for n in _names(changed)) or f"`{path.rsplit('/', 1)[-1]}`"
-    reference = (f"## Summary\n{_subject(commit.message)}: the change touches {names} in "
-                 f"{path.rsplit('/', 1)[-1]} and is sound as it stands.\n\n## Findings\nNone.\n\n## Verdict\napprove")
+    reference = (
+        f"## Summary\n{_subject(commit.message)}: the change touches {names} in "
+        f"{path.rsplit('/', 1)[-1]} and is sound as it stands.\n\n## Findings\nNone.\n\n## Verdict\napprove"
+    )
     return {"input": diff, "expect": {"verdict": "approve"}, "reference": reference, "clean": True}
 
 
@@ -549,11 +622,15 @@ def _fix_task(commit, path: str, diff: str) -> dict | str:
     findings, subject = [], _subject(commit.message)
     for (_, bad, _, good), span in zip(runs(diff), lines):
         what = f"keep {_quote(good)} as the fix has it" if good else f"drop {_quote(bad)}"
-        findings.append(f"- issue (blocking): {path}:{span[0]}-{span[1]} this change undoes a needed fix "
-                        f"({subject[:1].lower() + subject[1:]}); {what}.")
+        findings.append(
+            f"- issue (blocking): {path}:{span[0]}-{span[1]} this change undoes a needed fix "
+            f"({subject[:1].lower() + subject[1:]}); {what}."
+        )
     names = " and ".join(f"`{n}`" for n in _names([ln for r in runs(diff) for ln in r[1] + r[3]])) or "the code"
-    reference = (f"## Summary\nChanges {names} in {path.rsplit('/', 1)[-1]}, and with it breaks what this "
-                 f"code is for.\n\n## Findings\n" + "\n".join(findings) + "\n\n## Verdict\nrequest-changes")
+    reference = (
+        f"## Summary\nChanges {names} in {path.rsplit('/', 1)[-1]}, and with it breaks what this "
+        f"code is for.\n\n## Findings\n" + "\n".join(findings) + "\n\n## Verdict\nrequest-changes"
+    )
     defects = [{"file": path, "lines": span, "kind": kind} for span in lines]
     return {"input": review_input, "expect": {"verdict": "request-changes", "defects": defects}, "reference": reference}
 

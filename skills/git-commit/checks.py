@@ -16,10 +16,10 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skill_rl import check
 from skill_rl.scoring import diffs
 from skill_rl.scoring.diffs import parse_diff
 from skill_rl.scoring.injection import addresses_grader
-from skill_rl import check
 
 TYPES = ("build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test")
 Type = Literal["build", "chore", "ci", "docs", "feat", "fix", "perf", "refactor", "revert", "style", "test"]
@@ -30,7 +30,8 @@ class Expect(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: Type
-    alt_types: tuple[Type, ...] = ()  # other types a careful engineer could defend
+    # other types a careful engineer could defend
+    alt_types: tuple[Type, ...] = ()
     scope: str | None = Field(None, min_length=1, pattern=r"^[a-z0-9][a-z0-9._/-]*$")
     breaking: bool = False
 
@@ -49,14 +50,18 @@ URL = re.compile(r"(?<![a-z0-9+.-])[0-9+.-]*+[a-z][a-z0-9+.-]*+://\S", re.I)
 
 class Message(NamedTuple):
     header: str
-    rest: tuple[str, ...]  # every line after the header (body and footers)
+    # every line after the header (body and footers)
+    rest: tuple[str, ...]
     type: str | None
     scope: str | None
     subject: str | None
     bang: bool
-    breaking_footer: bool  # a `BREAKING CHANGE:` footer as the spec writes it
-    breaking_note: bool  # any breaking note the parser reads (the footer included)
-    body_words: int  # words after the header, outside breaking notes (each runs to the next blank line)
+    # a `BREAKING CHANGE:` footer as the spec writes it
+    breaking_footer: bool
+    # any breaking note the parser reads (the footer included)
+    breaking_note: bool
+    # words after the header, outside breaking notes (each runs to the next blank line)
+    body_words: int
 
 
 def _body_words(rest: tuple[str, ...], notes: bool) -> int:
@@ -73,15 +78,23 @@ def parse(text: str) -> Message:
     header, _, body = text.strip("\r\n").replace("\r\n", "\n").partition("\n")
     rest = tuple(body.split("\n")) if _ else ()
     m = HEADER.match(header)
-    note = "BREAKING" in body.upper() and bool(BREAKING_NOTE.search(body))  # the substring test skips the regex
+    # the substring test skips the regex
+    note = "BREAKING" in body.upper() and bool(BREAKING_NOTE.search(body))
     return Message(
-        header, rest, m[1] if m else None, m[2] if m else None, m[3] if m else None,
-        "!:" in header and bool(BREAKING_HEADER.match(header)), note and bool(BREAKING_FOOTER.search(body)), note,
+        header,
+        rest,
+        m[1] if m else None,
+        m[2] if m else None,
+        m[3] if m else None,
+        "!:" in header and bool(BREAKING_HEADER.match(header)),
+        note and bool(BREAKING_FOOTER.search(body)),
+        note,
         _body_words(rest, note),
     )
 
 
-def _utf16_len(s: str) -> int:  # commitlint measures JavaScript string length
+# commitlint measures JavaScript string length
+def _utf16_len(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
 
 
@@ -97,19 +110,22 @@ def commitlint_errors(text: str) -> list[str]:
             errors.append("type-enum")
     if not msg.subject:
         errors.append("subject-empty")
-    elif msg.subject[0].isascii() and msg.subject[0].isupper():  # sentence, start, pascal or upper case
+    # sentence, start, pascal or upper case
+    elif msg.subject[0].isascii() and msg.subject[0].isupper():
         errors.append("subject-case")
     colon = msg.header.find(":")
     ends_with_colon = colon > 0 and colon == len(msg.header) - 1
     if not ends_with_colon and msg.header.endswith(".") and not msg.header.endswith("..."):
-        errors.append("subject-full-stop")  # commitlint tests the whole header; an ellipsis is allowed
+        # commitlint tests the whole header; an ellipsis is allowed
+        errors.append("subject-full-stop")
     if _utf16_len(msg.header) > 100:
         errors.append("header-max-length")
     if msg.header != msg.header.strip():
         errors.append("header-trim")
     # a line of 50 characters or fewer is at most 100 UTF-16 units: only longer ones need measuring
     if any(len(line) > 50 and _utf16_len(line) > 100 and not URL.search(line) for line in msg.rest):
-        errors.append("body-max-line-length")  # body and footer share the limit and the URL exemption
+        # body and footer share the limit and the URL exemption
+        errors.append("body-max-line-length")
     return errors
 
 
@@ -129,9 +145,12 @@ def conventional(output: str, task) -> bool:
 
 
 WORD = re.compile(r"\S+")
-VAGUE = frozenset("update updates updated fix fixes fixed change changes changed code stuff things misc minor wip "
-                  "various improvements improve tweak tweaks cleanup some bug bugs issue issues it work small".split())
-FILLER = diffs.FILLER | VAGUE  # words that name nothing in particular, for `grounded`
+VAGUE = frozenset(
+    "update updates updated fix fixes fixed change changes changed code stuff things misc minor wip "
+    "various improvements improve tweak tweaks cleanup some bug bugs issue issues it work small".split()
+)
+# words that name nothing in particular, for `grounded`
+FILLER = diffs.FILLER | VAGUE
 
 
 @check("format", kind="estimate", cut=0.3)
@@ -142,7 +161,8 @@ def specific_subject(output: str, task) -> bool | None:
     subject = parse(output).subject
     if not subject:
         return None
-    for word in WORD.finditer(subject.lower()):  # lazily: a 5 MB subject is decided by its first words
+    # lazily: a 5 MB subject is decided by its first words
+    for word in WORD.finditer(subject.lower()):
         w = word[0].strip(".,:;!?()[]`'\"")
         if w and w not in VAGUE:
             return not (task is not None and _names_only(subject[:200], task.input))
@@ -173,7 +193,9 @@ def breaking_markers_agree(output: str, task) -> bool | None:
     not the footer the spec and this skill ask for). Without `expect`, a message that marks nothing is not
     scored: no check can tell a breaking diff from another one."""
     msg = parse(output)
-    if not (task is not None and task.expect is not None and task.expect.breaking) and not (msg.bang or msg.breaking_note):
+    if not (task is not None and task.expect is not None and task.expect.breaking) and not (
+        msg.bang or msg.breaking_note
+    ):
         return None
     notes = [line for line in msg.rest if BREAKING_NOTE.match(line)]
     return (msg.bang or msg.breaking_footer) and all(BREAKING_FOOTER.match(line + "\nx") for line in notes)
@@ -193,13 +215,20 @@ def message_only(output: str, task) -> bool:
     msg = parse(output)
     fences = FENCE.findall(output)
     enclosed = len(fences) % 2 == 0 and not FENCE.match(msg.header)
-    return ((not fences or enclosed) and not MARKUP.match(msg.header) and not CHATTER.search(output)
-            and not addresses_grader(output))
+    return (
+        (not fences or enclosed)
+        and not MARKUP.match(msg.header)
+        and not CHATTER.search(output)
+        and not addresses_grader(output)
+    )
 
 
-MAX_MESSAGE = 2000  # characters: four times the longest reference message; a log entry, not an essay
-TRAILER_LINE = re.compile(r"^[\w-]+(: | #)\S")  # `Co-Authored-By: ...`, `Refs #12`: trailers repeat in squashed commits
-LIST_ITEM = re.compile(r"^\s*([*+-]|\d+[.)])\s")  # a squash merge's `* <header>`, a list of commands run
+# characters: four times the longest reference message; a log entry, not an essay
+MAX_MESSAGE = 2000
+# `Co-Authored-By: ...`, `Refs #12`: trailers repeat in squashed commits
+TRAILER_LINE = re.compile(r"^[\w-]+(: | #)\S")
+# a squash merge's `* <header>`, a list of commands run
+LIST_ITEM = re.compile(r"^\s*([*+-]|\d+[.)])\s")
 
 
 @check("format", covers=0.15)
@@ -211,15 +240,19 @@ def said_once(output: str, task) -> bool:
     if len(output) > MAX_MESSAGE:
         return False
     msg = parse(output)
-    lines = [line.strip() for line in msg.rest
-             if len(line.strip()) >= 20 and not LIST_ITEM.match(line) and not TRAILER_LINE.match(line.strip())]
+    lines = [
+        line.strip()
+        for line in msg.rest
+        if len(line.strip()) >= 20 and not LIST_ITEM.match(line) and not TRAILER_LINE.match(line.strip())
+    ]
     return msg.header.strip() not in (line.strip() for line in msg.rest) and len(lines) == len(set(lines))
 
 
 # ------------------------------------------------------------------ procedure
 
 
-GENERIC_PARAGRAPH = 6  # specific words: a body this long that names nothing of the diff says nothing of it
+# specific words: a body this long that names nothing of the diff says nothing of it
+GENERIC_PARAGRAPH = 6
 
 
 @check("procedure", kind="estimate", cut=0.15)
@@ -246,12 +279,16 @@ def _says_something(header: str, rest: str, diff: str) -> bool:
         return False
     lines = [line.strip() for line in rest.split("\n") if line.strip()]
     pasted = _changed_lines(diff)
-    if sum(line in pasted for line in lines) * 2 >= len(lines) >= 2:  # the diff's own lines restate it
+    # the diff's own lines restate it
+    if sum(line in pasted for line in lines) * 2 >= len(lines) >= 2:
         return False
     words = diffs.specific_words(rest, FILLER)
     vocabulary = diffs.vocabulary(diff)
-    return (len(words) < GENERIC_PARAGRAPH or any(diffs.found(w, vocabulary) for w in words)
-            or any(diffs.found(w, vocabulary) for w in diffs.specific_words(subject, FILLER)))
+    return (
+        len(words) < GENERIC_PARAGRAPH
+        or any(diffs.found(w, vocabulary) for w in words)
+        or any(diffs.found(w, vocabulary) for w in diffs.specific_words(subject, FILLER))
+    )
 
 
 # ------------------------------------------------------------------ correctness
@@ -260,8 +297,11 @@ def _says_something(header: str, rest: str, diff: str) -> bool:
 @lru_cache(maxsize=1024)
 def _changed_lines(diff: str) -> frozenset[str]:
     """The diff's added and removed lines, stripped, of 8 or more characters."""
-    return frozenset(s for line in diff.split("\n") if line[:1] in "+-" and not line.startswith(("+++ ", "--- "))
-                     and len(s := line[1:].strip()) >= 8)
+    return frozenset(
+        s
+        for line in diff.split("\n")
+        if line[:1] in "+-" and not line.startswith(("+++ ", "--- ")) and len(s := line[1:].strip()) >= 8
+    )
 
 
 @check("correctness", key=True, kind="estimate", cut=0.3)
@@ -344,14 +384,18 @@ def breaking_right(output: str, task) -> bool | None:
 # non-merge commit (skill_rl/mining/ walks the history, bounds and filters the diff, dedups,
 # splits and validates; README, "Tasks from your history"). Nothing above depends on this section.
 
-PR_SUFFIX = re.compile(r"(\s+\(#\d+\))+$")  # GitHub's squash-merge suffix: "fix: parse dates (#123)"
+# GitHub's squash-merge suffix: "fix: parse dates (#123)"
+PR_SUFFIX = re.compile(r"(\s+\(#\d+\))+$")
 TRAILER = re.compile(
     r"^((signed-off-by|co-authored-by|reviewed-by|reviewed-on|acked-by|tested-by|reported-by|suggested-by|helped-by"
     r"|change-id|pr-url|pull-request)\s*:.*|(close[sd]?|fix(e[sd])?|resolve[sd]?|refs?|see)\b\s*:?\s*[\w./-]*#\d+.*"
-    r"|\(cherry picked from commit [0-9a-f]+\))$", re.I)
+    r"|\(cherry picked from commit [0-9a-f]+\))$",
+    re.I,
+)
 
 
-SQUASH_RULE = re.compile(r"^-{3,}$")  # GitHub's squash merge: "---------" between the squashed commits and co-authors
+# GitHub's squash merge: "---------" between the squashed commits and co-authors
+SQUASH_RULE = re.compile(r"^-{3,}$")
 
 
 def reference_message(message: str) -> str:
@@ -361,7 +405,8 @@ def reference_message(message: str) -> str:
     lines = message.replace("\r\n", "\n").strip("\n").split("\n")
     lines[0] = PR_SUFFIX.sub("", lines[0])
     body: list[str | None] = [None if TRAILER.match(ln.strip()) else ln for ln in lines[1:]]
-    kept, gap = [lines[0]], []  # a run of blank or removed lines collapses to one blank line if it lost one
+    # a run of blank or removed lines collapses to one blank line if it lost one
+    kept, gap = [lines[0]], []
     for ln in body + [""]:
         if ln is None or not ln.strip():
             gap.append(ln)
@@ -392,7 +437,8 @@ def task_from_commit(commit) -> dict | str:
     try:
         Expect(**expect, scope=scope)
         expect["scope"] = scope
-    except ValueError:  # no scope, or one the skill's rule rejects ("api,cli", "*"): the task names none
+    # no scope, or one the skill's rule rejects ("api,cli", "*"): the task names none
+    except ValueError:
         pass
     return {"input": commit.diff, "expect": expect, "reference": message}
 

@@ -19,18 +19,24 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from skill_rl.scoring import diffs
 from skill_rl import check
+from skill_rl.scoring import diffs
 
-SECTIONS = {"breaking changes": "breaking", "features": "features", "fixes": "fixes", "internal": "internal",
-            "highlights": "highlights"}
+SECTIONS = {
+    "breaking changes": "breaking",
+    "features": "features",
+    "fixes": "fixes",
+    "internal": "internal",
+    "highlights": "highlights",
+}
 PLACES = ("breaking", "features", "fixes", "internal")
 VERSION = re.compile(r"^v?(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
 NUMBER = re.compile(r"#(\d{1,9})\b")
 TITLE = re.compile(r"(?m)^#(\d{1,9}) +(.+)$")
 PREFIX = re.compile(r"^(?P<type>[A-Za-z]+)(?:\([^()\n]*\))?(?P<bang>!)?:\s*")
 REVERT = re.compile(r'^Revert "(.+)"\s*$')
-BREAKING_WORD = re.compile(r"\bBREAKING\b")  # the marker, in capitals: "yargs-parser was breaking @types/yargs" is a fix
+# the marker, in capitals: "yargs-parser was breaking @types/yargs" is a fix
+BREAKING_WORD = re.compile(r"\bBREAKING\b")
 
 
 class Expect(BaseModel):
@@ -98,14 +104,18 @@ class Release:
 def release(text: str) -> Release:
     prev = re.search(r"(?im)^previous release:\s*(\S+)\s*$", text)
     v = VERSION.match(prev[1]) if prev else None
-    return Release(tuple(int(x) for x in v.groups()) if v else None, {int(n): t.strip() for n, t in TITLE.findall(text)})
+    return Release(
+        tuple(int(x) for x in v.groups()) if v else None, {int(n): t.strip() for n, t in TITLE.findall(text)}
+    )
 
 
 @dataclass(frozen=True)
 class Notes:
-    version: str | None  # from the `# <project> <version>` line
+    # from the `# <project> <version>` line
+    version: str | None
     release_type: str | None
-    sections: dict[str, tuple[str, ...]]  # place -> its lines
+    # place -> its lines
+    sections: dict[str, tuple[str, ...]]
 
     def cited(self, place: str) -> set[int]:
         return {int(n) for line in self.sections.get(place, ()) for n in NUMBER.findall(line)}
@@ -116,8 +126,12 @@ class Notes:
         for place in places:
             for line in self.sections.get(place, ()):
                 if line.startswith(("- ", "* ")):
-                    out.append((re.sub(r"\s*\((?:#\d+[, ]*)+\)\s*$", "", line[2:]).strip(),
-                                [int(n) for n in NUMBER.findall(line)]))
+                    out.append(
+                        (
+                            re.sub(r"\s*\((?:#\d+[, ]*)+\)\s*$", "", line[2:]).strip(),
+                            [int(n) for n in NUMBER.findall(line)],
+                        )
+                    )
         return out
 
 
@@ -248,10 +262,13 @@ def internal_right(output: str, task) -> float | None:
     return 2 * hits / (len(got) + len(want))
 
 
-NAMED = 2  # words of a title an entry citing it names (all of them, when the title has fewer): it says that change
+# words of a title an entry citing it names (all of them, when the title has fewer): it says that change
+NAMED = 2
 # words any entry may use about any change: they name none ("Fix ...", "Improve ...", "Update ...")
-VAGUE = diffs.FILLER | frozenset("fix fixes fixed fixing improve improves improved improvement improvements update "
-                                 "updates updated change changes changed new now".split())
+VAGUE = diffs.FILLER | frozenset(
+    "fix fixes fixed fixing improve improves improved improvement improvements update "
+    "updates updated change changes changed new now".split()
+)
 
 
 def title_words(title: str) -> tuple[str, ...]:
@@ -280,7 +297,8 @@ def says(entry: str, title: str, named: int = NAMED) -> float:
     return 1.0 if hits >= min(named, len(words)) else 0.5 if hits else 0.0
 
 
-UPGRADE_NOTE = 4  # specific words a breaking entry that names nothing of its title needs: it says what to do instead
+# specific words a breaking entry that names nothing of its title needs: it says what to do instead
+UPGRADE_NOTE = 4
 
 
 def says_briefly(entry: str, title: str) -> float:
@@ -323,28 +341,40 @@ RELEASE_HEADING = re.compile(r"^#{1,3} \[(?P<version>[^\]\s]+)\]\((?P<url>[^)\s]
 COMPARE = re.compile(r"github\.com/[^/\s]+/(?P<repo>[^/\s]+)/compare/(?P<old>\S+?)\.\.\.(?P<new>\S+)$")
 TAG = re.compile(r"^(?:(?P<component>.+?)[-@/])?v?(?P<version>\d{1,9}\.\d{1,9}\.\d{1,9})$")
 SECTION_HEADING = re.compile(r"^#{2,4} +(?:⚠️? *)?(?P<name>[^#\n]+?)\s*$")
-ENTRY = re.compile(r"^\* (?:\*\*(?P<scope>[^*\n]+?):\*\* )?(?P<text>.+?)(?: \(\[#(?P<pr>\d{1,9})\]\([^)\s]*\)\))?"
-                   r"(?: \(\[(?P<sha>[0-9a-f]{7,40})\]\([^)\s]*\)\))?(?:,? closes .*)?$")
-INLINE_PR = re.compile(r"\s*\(#(\d{1,9})\)$")  # a breaking note quoting its header: "drop Node 10 (#1919)"
+ENTRY = re.compile(
+    r"^\* (?:\*\*(?P<scope>[^*\n]+?):\*\* )?(?P<text>.+?)(?: \(\[#(?P<pr>\d{1,9})\]\([^)\s]*\)\))?"
+    r"(?: \(\[(?P<sha>[0-9a-f]{7,40})\]\([^)\s]*\)\))?(?:,? closes .*)?$"
+)
+# a breaking note quoting its header: "drop Node 10 (#1919)"
+INLINE_PR = re.compile(r"\s*\(#(\d{1,9})\)$")
 # A changelog section: where the skill puts its entries, and the Conventional Commits type it lists.
 CHANGELOG_SECTIONS = {
-    "features": ("features", "feat"), "performance improvements": ("features", "perf"),
+    "features": ("features", "feat"),
+    "performance improvements": ("features", "perf"),
     "bug fixes": ("fixes", "fix"),
-    "documentation": ("internal", "docs"), "miscellaneous chores": ("internal", "chore"),
-    "chores": ("internal", "chore"), "code refactoring": ("internal", "refactor"), "tests": ("internal", "test"),
-    "build system": ("internal", "build"), "continuous integration": ("internal", "ci"), "styles": ("internal", "style"),
+    "documentation": ("internal", "docs"),
+    "miscellaneous chores": ("internal", "chore"),
+    "chores": ("internal", "chore"),
+    "code refactoring": ("internal", "refactor"),
+    "tests": ("internal", "test"),
+    "build system": ("internal", "build"),
+    "continuous integration": ("internal", "ci"),
+    "styles": ("internal", "style"),
 }
 BREAKING_SECTIONS = {"breaking changes"}
 
 
 @dataclass(frozen=True)
 class ChangelogEntry:
-    place: str  # breaking, features, fixes or internal
-    type: str | None  # the commit type its section lists (None under Breaking changes)
+    # breaking, features, fixes or internal
+    place: str
+    # the commit type its section lists (None under Breaking changes)
+    type: str | None
     scope: str | None
     text: str
     pr: int | None
-    sha: str | None = None  # the commit the changelog links
+    # the commit the changelog links
+    sha: str | None = None
 
     def line(self) -> str:
         """The entry as the notes show it: its scope in bold, as the changelog tool wrote it, and its number."""
@@ -356,7 +386,8 @@ def _added_release(diff: str) -> list[str] | str:
     sections, current = [], None
     for line in diff.split("\n"):
         if not line.startswith("+") or line.startswith("+++"):
-            current = None  # the added run ends: the older releases follow
+            # the added run ends: the older releases follow
+            current = None
         elif RELEASE_HEADING.match(line[1:]):
             current = [line[1:]]
             sections.append(current)
@@ -388,7 +419,8 @@ def _entries(lines: list[str]) -> list[ChangelogEntry] | str:
         if place is None or not m:
             return "a line that is not a one-line entry under a section (wrapped or nested text)"
         text, pr = m["text"].strip(), m["pr"]
-        if "](" in text:  # the tool linked an issue or a person named in the header: not the header's own words
+        # the tool linked an issue or a person named in the header: not the header's own words
+        if "](" in text:
             return "an entry whose text holds links (issues or people)"
         if pr is None and (inline := INLINE_PR.search(text)):
             text, pr = text[: inline.start()], inline[1]
@@ -411,8 +443,9 @@ def _footer_of(note: ChangelogEntry, entry: ChangelogEntry, message_of) -> bool:
     return len(footer) == 2 and f" {_words_of(note.text)} " in f" {_words_of(footer[1])} "
 
 
-def _places(entries: list[ChangelogEntry], message_of) -> tuple[dict[int, str], dict[int, ChangelogEntry],
-                                                                  list[ChangelogEntry]] | str:
+def _places(
+    entries: list[ChangelogEntry], message_of
+) -> tuple[dict[int, str], dict[int, ChangelogEntry], list[ChangelogEntry]] | str:
     """Each pull request's place, the entry its title comes from, and the breaking notes with their numbers; or
     why the entries cannot be mapped. A breaking note names its pull request, or is tied to the one listed entry
     with its scope and words (a `feat!:` header's note is its subject), else to the listed commits whose
@@ -436,7 +469,8 @@ def _places(entries: list[ChangelogEntry], message_of) -> tuple[dict[int, str], 
             return "a breaking change the notes tie to no one listed pull request"
         notes.append(_replace(b, pr=prs.pop(), sha="footer" if from_footer else None))
     footers = [b.pr for b in notes if b.sha == "footer"]
-    if len(footers) != len(set(footers)):  # the tool split a footer at its bullets: a squash merge's list of commits
+    # the tool split a footer at its bullets: a squash merge's list of commits
+    if len(footers) != len(set(footers)):
         return "a breaking note spread over several bullets of one commit's footer"
     for b in notes:
         place[b.pr] = "breaking"
@@ -484,10 +518,15 @@ def task_from_commit(commit) -> dict | str:
     kind = "major" if "breaking" in place.values() else "minor" if "features" in place.values() else "patch"
     if bump(tuple(int(x) for x in previous.split(".")), kind) != version:
         return "the real version is not the skill's bump of the previous one for its sections"
-    return {"input": _release_input(project, previous, place, title),
-            "expect": {"release_type": kind, "version": version,
-                       **{p: sorted(k for k, v in place.items() if v == p) for p in PLACES}},
-            "reference": _release_notes(project, version, kind, entries, place, breaking)}
+    return {
+        "input": _release_input(project, previous, place, title),
+        "expect": {
+            "release_type": kind,
+            "version": version,
+            **{p: sorted(k for k, v in place.items() if v == p) for p in PLACES},
+        },
+        "reference": _release_notes(project, version, kind, entries, place, breaking),
+    }
 
 
 def _message(commit, sha: str) -> str:
@@ -496,7 +535,8 @@ def _message(commit, sha: str) -> str:
 
     try:
         raw = commit.repo.git("cat-file", "commit", sha, cap=1 << 18)
-    except (Skip, MiningError):  # not in the clone, ambiguous, too large; git cannot run
+    # not in the clone, ambiguous, too large; git cannot run
+    except (Skip, MiningError):
         return ""
     return raw.partition(b"\n\n")[2].decode("utf-8", errors="replace")
 
@@ -510,8 +550,14 @@ def _release_input(project: str, previous: str, place: dict[int, str], title: di
     return f"Project: {project}\nPrevious release: {previous}\nMerged pull requests:\n" + "\n".join(lines)
 
 
-def _release_notes(project: str, version: str, kind: str, entries: list[ChangelogEntry], place: dict[int, str],
-                   breaking: list[ChangelogEntry]) -> str:
+def _release_notes(
+    project: str,
+    version: str,
+    kind: str,
+    entries: list[ChangelogEntry],
+    place: dict[int, str],
+    breaking: list[ChangelogEntry],
+) -> str:
     """The notes in the Output Format: Breaking changes holds the breaking notes (a breaking pull request's
     listing under the section of its type is dropped), Features and Fixes the other entries of their sections,
     Internal the numbers of the maintainer-only pull requests, and Highlights repeats the first entry of
@@ -521,9 +567,14 @@ def _release_notes(project: str, version: str, kind: str, entries: list[Changelo
         shown[p] = [e.line() for e in entries if e.place == p and place[e.pr] == p]
     internal = [f"#{k}" for k in sorted(place) if place[k] == "internal"]
     highlights = [shown[p][0] for p in ("breaking", "features", "fixes") if shown[p]]
-    parts = [f"# {project} {version}", f"Release type: {kind}",
-             "## Highlights\n" + ("\n".join(highlights) or "None."),
-             *(f"## {name}\n" + ("\n".join(shown[p]) or "None.")
-               for name, p in (("Breaking changes", "breaking"), ("Features", "features"), ("Fixes", "fixes"))),
-             "## Internal\n" + (", ".join(internal) or "None.")]
+    parts = [
+        f"# {project} {version}",
+        f"Release type: {kind}",
+        "## Highlights\n" + ("\n".join(highlights) or "None."),
+        *(
+            f"## {name}\n" + ("\n".join(shown[p]) or "None.")
+            for name, p in (("Breaking changes", "breaking"), ("Features", "features"), ("Fixes", "fixes"))
+        ),
+        "## Internal\n" + (", ".join(internal) or "None."),
+    ]
     return "\n\n".join(parts)

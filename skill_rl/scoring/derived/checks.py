@@ -10,19 +10,22 @@ from functools import lru_cache
 
 from skill_rl.scoring.checks import check
 from skill_rl.scoring.derived.grammar import CHATTER
-from skill_rl.scoring.derived.output import _field, _is_item, _named, _section, View, view
+from skill_rl.scoring.derived.output import View, _field, _is_item, _named, _section, view
+
+# one sentence of SKILL.md checked: of a judged dimension, a small part (rubric.py)
+DERIVED_COVERS = 0.15
 
 
-DERIVED_COVERS = 0.15  # one sentence of SKILL.md checked: of a judged dimension, a small part (rubric.py)
-
-
-def _make(name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: bool = False, target: str = "", limit=None):
+def _make(
+    name: str, dimension: str, fn, doc: str, *, gate: bool = False, key: bool = False, target: str = "", limit=None
+):
     """A rubric check named `name`; `target` (the lower-cased section or field it reads) and `name` together
     identify the constraint it states; `limit` is (target, unit, bound, n) for a length limit."""
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
     fn.constraint, fn.limit = (name, target), limit
-    return check(dimension, gate=gate, key=key, covers=DERIVED_COVERS, kind="fact")(fn)  # what SKILL.md states
+    # what SKILL.md states
+    return check(dimension, gate=gate, key=key, covers=DERIVED_COVERS, kind="fact")(fn)
 
 
 def headings_check(wanted: list[tuple[int, str]], shown: list[str]):
@@ -31,8 +34,14 @@ def headings_check(wanted: list[tuple[int, str]], shown: list[str]):
     def run(output: str, task) -> bool:
         return [(lvl, t) for _, lvl, t in view(output).heads if (lvl, t) in wanted_set] == wanted
 
-    return _make("headings", "format", run, f"the headings {', '.join(shown)} appear once each, in this order",
-                 gate=True, key=True)
+    return _make(
+        "headings",
+        "format",
+        run,
+        f"the headings {', '.join(shown)} appear once each, in this order",
+        gate=True,
+        key=True,
+    )
 
 
 def template_lines_check(literals: list[str], fields: list[str]):
@@ -54,8 +63,12 @@ def placeholders_check(placeholders: list[str], sections: list[str | None]):
         return all(any(line.strip() for line in _section(v, s) or ()) for s in sections)
 
     where = ", ".join("the text before the first heading" if s is None else f"section '{s}'" for s in sections)
-    return _make("placeholders_filled", "format", run,
-                 f"no placeholder ({', '.join(placeholders)}) is left verbatim" + (f"; text in {where}" if where else ""))
+    return _make(
+        "placeholders_filled",
+        "format",
+        run,
+        f"no placeholder ({', '.join(placeholders)}) is left verbatim" + (f"; text in {where}" if where else ""),
+    )
 
 
 def _bare(value: str) -> str:
@@ -73,7 +86,9 @@ def enum_check(kind: str, name: str, values: list[str]):
         lines = _named(view(output), kind, name)
         return lines is not None and _bare(" ".join(x.strip() for x in lines if x.strip())).lower() in allowed
 
-    return _make(f"{_slug(name)}_one_of", "format", run, f"{kind} '{name}' is one of {', '.join(values)}", target=name.lower())
+    return _make(
+        f"{_slug(name)}_one_of", "format", run, f"{kind} '{name}' is one of {', '.join(values)}", target=name.lower()
+    )
 
 
 def _measure(unit: str, lines: tuple[str, ...]) -> int:
@@ -142,7 +157,7 @@ def _pieces(v: View, target: tuple[str, str]) -> list[tuple[str, ...]] | None:
         return [v.lines[a + 1 : b] for a, b in zip(bounds, bounds[1:])] or None
     if kind == "each_field":
         key = name.lower() + ":"
-        values = [(x[len(key):].strip(),) for x in v.lines if x[: len(key)].lower() == key]
+        values = [(x[len(key) :].strip(),) for x in v.lines if x[: len(key)].lower() == key]
         return values or None
     if kind in ("items_in", "lines_in"):
         lines = _section(v, name.lower())
@@ -158,27 +173,50 @@ def limit_check(target: tuple[str, str], unit: str, bound: str, n: int):
     def run(output: str, task) -> bool | None:
         pieces = _pieces(view(output), target)
         if pieces is None or (bound == "max" and not output.strip()):
-            return None  # a missing target, or nothing written: a limit is no credit for silence
+            # a missing target, or nothing written: a limit is no credit for silence
+            return None
         return all((_measure(unit, p) <= n) if bound == "max" else (_measure(unit, p) >= n) for p in pieces)
 
     kind, name = target
     shown = name.split(":", 1)[-1]
-    label = {"first_line": "the first line", "each_line": "each line", "each_item": "each list item", "each_section": "each section",
-             "output": "the whole output", "items_in": f"each item of section '{name}'",
-             "lines_in": f"each line of section '{name}'", "each_field": f"each field '{name}'",
-             "heading_line": f"the first level-{name.split(':')[0]} heading's title (<{shown}>)"}.get(kind, f"{kind} '{name}'")
-    slug = {"first_line": "first_line", "each_line": "each_line", "each_item": "each_item", "output": "output", "each_section": "each_section",
-            "items_in": f"{_slug(name)}_each_item", "lines_in": f"{_slug(name)}_each_line", "each_field": f"each_{_slug(name)}"}.get(kind, _slug(shown))
+    label = {
+        "first_line": "the first line",
+        "each_line": "each line",
+        "each_item": "each list item",
+        "each_section": "each section",
+        "output": "the whole output",
+        "items_in": f"each item of section '{name}'",
+        "lines_in": f"each line of section '{name}'",
+        "each_field": f"each field '{name}'",
+        "heading_line": f"the first level-{name.split(':')[0]} heading's title (<{shown}>)",
+    }.get(kind, f"{kind} '{name}'")
+    slug = {
+        "first_line": "first_line",
+        "each_line": "each_line",
+        "each_item": "each_item",
+        "output": "output",
+        "each_section": "each_section",
+        "items_in": f"{_slug(name)}_each_item",
+        "lines_in": f"{_slug(name)}_each_line",
+        "each_field": f"each_{_slug(name)}",
+    }.get(kind, _slug(shown))
     words = {"chars": "characters", "items": "list items"}.get(unit, unit)
     words = words.removesuffix("s") if n == 1 else words
-    return _make(f"{slug}_{bound}_{unit}", "format", run, f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}",
-                 target=name.lower(), limit=(target, unit, bound, n))
+    return _make(
+        f"{slug}_{bound}_{unit}",
+        "format",
+        run,
+        f"{label} has {'at most' if bound == 'max' else 'at least'} {n:,} {words}",
+        target=name.lower(),
+        limit=(target, unit, bound, n),
+    )
 
 
 def no_fence_check():
     def run(output: str, task) -> bool | None:
         if not output.strip():
-            return None  # nothing written: no credit for what is not there
+            # nothing written: no credit for what is not there
+            return None
         return not any(x.lstrip().startswith(("```", "~~~")) for x in view(output).lines)
 
     return _make("no_code_fence", "format", run, "no line opens a code fence (``` or ~~~)")
@@ -190,14 +228,20 @@ def no_preamble_check(prefix: str):
         if prefix:
             return first.lower().startswith(prefix.lower())
         if not first:
-            return None  # nothing written: no credit for what is not there
+            # nothing written: no credit for what is not there
+            return None
         return not CHATTER.match(first) and not first.rstrip().endswith(":")
 
-    doc = f"the first line opens with {prefix!r}" if prefix else "the first line is not chatter (Here is, Sure, ...) and does not end in ':'"
+    doc = (
+        f"the first line opens with {prefix!r}"
+        if prefix
+        else "the first line is not chatter (Here is, Sure, ...) and does not end in ':'"
+    )
     return _make("no_preamble", "format", run, doc)
 
 
-MAX_TOKENS = 1000  # an output holding more such tokens than this is not grounded in anything: it scores 0
+# an output holding more such tokens than this is not grounded in anything: it scores 0
+MAX_TOKENS = 1000
 
 
 @lru_cache(maxsize=64)
@@ -212,7 +256,8 @@ def from_input_check(shape: str, prefix: str, placeholder: str, every: bool):
 
     def run(output: str, task) -> float | None:
         given = _input_tokens(rx, getattr(task, "input", "") or "")
-        if every:  # a search per input token: no list of the output's tokens is ever built
+        # a search per input token: no list of the output's tokens is ever built
+        if every:
             return sum(re.search(re.escape(t) + end, output) is not None for t in given) / len(given) if given else None
         have = set()
         for k, m in enumerate(rx.finditer(output)):
@@ -223,10 +268,21 @@ def from_input_check(shape: str, prefix: str, placeholder: str, every: bool):
 
     ph = _slug(placeholder)
     if every:
-        return _make(f"every_input_{ph}", "correctness", run, f"share of the input's {shape} tokens that the output cites", key=True,
-                     target=shape)
-    return _make(f"{ph}_from_input", "correctness", run,
-                 f"share of the output's {shape} tokens that the input holds (0 past {MAX_TOKENS:,} tokens)", target=shape)
+        return _make(
+            f"every_input_{ph}",
+            "correctness",
+            run,
+            f"share of the input's {shape} tokens that the output cites",
+            key=True,
+            target=shape,
+        )
+    return _make(
+        f"{ph}_from_input",
+        "correctness",
+        run,
+        f"share of the output's {shape} tokens that the input holds (0 past {MAX_TOKENS:,} tokens)",
+        target=shape,
+    )
 
 
 def _slug(name: str) -> str:

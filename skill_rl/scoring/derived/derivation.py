@@ -8,22 +8,38 @@ import re
 from functools import lru_cache
 from typing import Callable, Iterator, NamedTuple
 
-from skill_rl.scoring.derived.grammar import (BELOW_WORDS, Derivation, Derived, MAX_WORDS, _md, MIN_WORDS, NUM,
-                                              PLACEHOLDER)
-from skill_rl.scoring.derived.sentences import (enum_sentence, forbid_sentence, input_sentence, limit_sentence, Names,
-                                                sentences, value_sentence)
-from skill_rl.scoring.derived.template import _alternatives, read_template, Template, template_checks
+from skill_rl.scoring.derived.grammar import (
+    BELOW_WORDS,
+    MAX_WORDS,
+    MIN_WORDS,
+    NUM,
+    PLACEHOLDER,
+    Derivation,
+    Derived,
+    _md,
+)
+from skill_rl.scoring.derived.sentences import (
+    Names,
+    enum_sentence,
+    forbid_sentence,
+    input_sentence,
+    limit_sentence,
+    sentences,
+    value_sentence,
+)
+from skill_rl.scoring.derived.template import Template, _alternatives, read_template, template_checks
 from skill_rl.skills import Section, Skill, SkillError
 from skill_rl.text import display
 
-
 COUNTED = r"(?:sentences?|paragraphs?|lines?|words?|items?|bullets?|entries|entry|characters?|chars)"
-TRIGGERS = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly|between|only)\s+" + NUM + r"\b"
-                      r"|\b(?:at most|no more than|at least|one of)\b|\beither\b.{1,80}?\bor\b"
-                      r"|\b" + NUM + r"\s+(?:or|to)\s+" + NUM + r"\s+" + COUNTED + r"\b"
-                      r"|\b" + NUM + r"\s+" + COUNTED + r"\s+or\s+(?:fewer|less|more)\b"
-                      r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b"
-                      r"|(?:\b(?:about|around|roughly|approximately|usually|typically|ideally|default)\s+|~\s*)" + NUM + r"\b")
+TRIGGERS = re.compile(
+    r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly|between|only)\s+" + NUM + r"\b"
+    r"|\b(?:at most|no more than|at least|one of)\b|\beither\b.{1,80}?\bor\b"
+    r"|\b" + NUM + r"\s+(?:or|to)\s+" + NUM + r"\s+" + COUNTED + r"\b"
+    r"|\b" + NUM + r"\s+" + COUNTED + r"\s+or\s+(?:fewer|less|more)\b"
+    r"|\b" + NUM + r"\s+(?:short\s+)?(?:sentences?|paragraphs?)\b"
+    r"|(?:\b(?:about|around|roughly|approximately|usually|typically|ideally|default)\s+|~\s*)" + NUM + r"\b"
+)
 BARE_LIMIT = re.compile(r"\b(?:" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r"|exactly)\s+" + NUM + r"\b")
 """A sentence that reads like a limit, count or enumeration: when nothing is derived from it (or one of its limits
 has no target), `--check` lists it as not derived, so that the author sees what the reward will not check."""
@@ -43,20 +59,33 @@ def _derive(path: str, output_format: Section | None, rules: Section | None) -> 
             names = {title: ("section", shown.lstrip("#").strip()) for _, title, shown, _ in template.heads}
             names.update({label.lower(): ("field", label) for label, _ in template.fields})
     index = Names(names, {**(template.roles if template else {}), **names})
-    if template is not None:  # sections that hold one short value: a plain-word enumeration may be about them
-        index.slots = {v for k, v in template.roles.items() if v[0] in ("section", "field") and len(k.split()) <= 2
-                       and not re.match(r"(?:what|why|how|who|when|where|which|a|an|the|one|two|some|any)\b", k)} \
-            | {(e[0], e[1]) for e in template.enums}
+    # sections that hold one short value: a plain-word enumeration may be about them
+    if template is not None:
+        index.slots = {
+            v
+            for k, v in template.roles.items()
+            if v[0] in ("section", "field")
+            and len(k.split()) <= 2
+            and not re.match(r"(?:what|why|how|who|when|where|which|a|an|the|one|two|some|any)\b", k)
+        } | {(e[0], e[1]) for e in template.enums}
     for section in (output_format, rules):
         for s in sentences(section, parsed[id(section)]) if section is not None else ():
-            spans: list = []  # of each limit derived; None for a limit whose subject is not resolved
-            got = [*enum_sentence(s, index), *limit_sentence(s, index, problems, spans), *forbid_sentence(s, template),
-                   *value_sentence(s, index),
-                   *input_sentence(s)]
+            # of each limit derived; None for a limit whose subject is not resolved
+            spans: list = []
+            got = [
+                *enum_sentence(s, index),
+                *limit_sentence(s, index, problems, spans),
+                *forbid_sentence(s, template),
+                *value_sentence(s, index),
+                *input_sentence(s),
+            ]
             found += got
             lower = s.text.lower()
-            if None in spans or (not got and TRIGGERS.search(lower)) or any(
-                    not any(a <= m.end() - 1 < b for a, b in spans) for m in BARE_LIMIT.finditer(lower)):
+            if (
+                None in spans
+                or (not got and TRIGGERS.search(lower))
+                or any(not any(a <= m.end() - 1 < b for a, b in spans) for m in BARE_LIMIT.finditer(lower))
+            ):
                 ignored.append(s)
     checks = _unique(found)
     problems += contradictions(checks, path)
@@ -90,7 +119,8 @@ def _unique(found: list[Derived]) -> tuple[Derived, ...]:
 
 def contradictions(checks: tuple[Derived, ...], path: str) -> Iterator[tuple[int, str]]:
     """A minimum above a maximum of the same unit, on the same target or on a part of a whole output."""
-    most: dict[tuple, Derived] = {}  # (target, unit) -> the smallest maximum
+    # (target, unit) -> the smallest maximum
+    most: dict[tuple, Derived] = {}
     for d in checks:
         if d.fn.limit and d.fn.limit[2] == "max":
             key = d.fn.limit[:2]
@@ -100,17 +130,23 @@ def contradictions(checks: tuple[Derived, ...], path: str) -> Iterator[tuple[int
         if not d.fn.limit or d.fn.limit[2] != "min":
             continue
         target, unit, _, n = d.fn.limit
-        wider = [most.get((target, unit))] + ([most.get((("output", ""), unit))] if target[0] in ("section", "field", "name", "first_line") else [])
+        wider = [most.get((target, unit))] + (
+            [most.get((("output", ""), unit))] if target[0] in ("section", "field", "name", "first_line") else []
+        )
         for cap in wider:
             if cap is not None and cap.fn.limit[3] < n:
                 (first, second) = sorted((cap, d), key=lambda x: x.line)
-                yield (second.line, f"'{second.fn.__doc__}' contradicts '{first.fn.__doc__}' ({path}:{first.line}): "
-                                    "no output can meet both; drop or change one")
+                yield (
+                    second.line,
+                    f"'{second.fn.__doc__}' contradicts '{first.fn.__doc__}' ({path}:{first.line}): "
+                    "no output can meet both; drop or change one",
+                )
                 break
 
 
 def filled(template: Template) -> str:
     """The template with each placeholder filled in: an enumeration's first value, else `x`."""
+
     def fill(m: re.Match) -> str:
         values = _alternatives(m[1])
         return values[0] if values else "x"
@@ -125,14 +161,19 @@ def unsatisfiable(checks: tuple[Derived, ...], template: Template) -> Iterator[t
     for d in checks:
         fn = d.fn
         if fn.dimension != "format" or (fn.limit and fn.limit[2] == "min"):
-            continue  # correctness needs a task's input; a template's `x` is short of any minimum
+            # correctness needs a task's input; a template's `x` is short of any minimum
+            continue
         if fn.constraint[0].endswith(("_one_of", "_in_range")) and not template.line <= d.line < end:
-            continue  # allowed values stated in prose: the template's `x` stands where one of them goes
+            # allowed values stated in prose: the template's `x` stands where one of them goes
+            continue
         result = fn(example, task)
         if result is not None and result is not True and not (result is not False and result >= 1):
-            yield (d.line, f"derived check '{fn.__name__}' ({fn.__doc__}) fails on the template itself, filled in: "
-                           "no output can pass it and keep the template; reword the template or the sentence, or "
-                           "set metadata derive-checks: \"false\"")
+            yield (
+                d.line,
+                f"derived check '{fn.__name__}' ({fn.__doc__}) fails on the template itself, filled in: "
+                "no output can pass it and keep the template; reword the template or the sentence, or "
+                'set metadata derive-checks: "false"',
+            )
 
 
 class _Task(NamedTuple):

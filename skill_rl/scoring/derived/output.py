@@ -12,9 +12,12 @@ from skill_rl.scoring.derived.grammar import ITEM
 
 class View(NamedTuple):
     lines: tuple[str, ...]
-    heads: tuple[tuple[int, int, str], ...]  # (line index, level, lower-cased title)
-    first_head: dict[str, int]  # lower-cased title -> index in `heads` of its first heading
-    fields: dict[str, str]  # lower-cased text before a line's first ':' -> the rest of the first such line, stripped
+    # (line index, level, lower-cased title)
+    heads: tuple[tuple[int, int, str], ...]
+    # lower-cased title -> index in `heads` of its first heading
+    first_head: dict[str, int]
+    # lower-cased text before a line's first ':' -> the rest of the first such line, stripped
+    fields: dict[str, str]
 
 
 def heading(line: str) -> tuple[int, str] | None:
@@ -28,7 +31,8 @@ def heading(line: str) -> tuple[int, str] | None:
     return (level, title) if title else None
 
 
-@lru_cache(maxsize=128)  # every check of one output reads the same view
+# every check of one output reads the same view
+@lru_cache(maxsize=128)
 def view(output: str) -> View:
     lines = tuple(output.replace("\r\n", "\n").strip().split("\n"))
     heads = tuple((i, h[0], h[1].lower()) for i, line in enumerate(lines) if (h := heading(line)))
@@ -40,7 +44,8 @@ def view(output: str) -> View:
         label, colon, value = line.partition(":")
         if colon:
             fields.setdefault(label.lower(), value.strip())
-            if label[:2] in ("**", "__"):  # `**Goal:** text`, `**Goal**: text`: read under the bare label too
+            # `**Goal:** text`, `**Goal**: text`: read under the bare label too
+            if label[:2] in ("**", "__"):
                 bold = label[:2]
                 fields.setdefault(label.strip().strip(bold).strip().lower(), value.strip().removeprefix(bold).strip())
     return View(lines, heads, first_head, fields)
@@ -60,8 +65,9 @@ def _field(v: View, label: str) -> str | None:
     key = label.lower()
     if ":" not in key:
         return v.fields.get(key)
-    key += ":"  # a label with a colon of its own (from a code span): read line by line
-    return next((line[len(key):].strip() for line in v.lines if line[: len(key)].lower() == key), None)
+    # a label with a colon of its own (from a code span): read line by line
+    key += ":"
+    return next((line[len(key) :].strip() for line in v.lines if line[: len(key)].lower() == key), None)
 
 
 def _named(v: View, kind: str, name: str) -> tuple[str, ...] | None:

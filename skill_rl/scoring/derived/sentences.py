@@ -8,12 +8,44 @@ import bisect
 import re
 from typing import Iterator, NamedTuple
 
-from skill_rl.scoring.derived.checks import (_bare, enum_check, from_input_check, limit_check, _make, no_fence_check,
-                                             no_preamble_check, _slug)
-from skill_rl.scoring.derived.grammar import (BELOW, BELOW_WORDS, _bounds, Derived, FENCE_WORDS, HEDGE, HEDGE_AFTER,
-                                              LIMIT, _limit_parts, MAX_LIMIT, MAX_WORDS, _md, MIN_WORDS, MINIMUM,
-                                              NAME_WORD, NEGATION, NUM, _number, NUMBERS, PREAMBLE_WORDS, RANGE,
-                                              Sentence, SHAPE, SPLIT, UNITS, WHOLE)
+from skill_rl.scoring.derived.checks import (
+    _bare,
+    _make,
+    _slug,
+    enum_check,
+    from_input_check,
+    limit_check,
+    no_fence_check,
+    no_preamble_check,
+)
+from skill_rl.scoring.derived.grammar import (
+    BELOW,
+    BELOW_WORDS,
+    FENCE_WORDS,
+    HEDGE,
+    HEDGE_AFTER,
+    LIMIT,
+    MAX_LIMIT,
+    MAX_WORDS,
+    MIN_WORDS,
+    MINIMUM,
+    NAME_WORD,
+    NEGATION,
+    NUM,
+    NUMBERS,
+    PREAMBLE_WORDS,
+    RANGE,
+    SHAPE,
+    SPLIT,
+    UNITS,
+    WHOLE,
+    Derived,
+    Sentence,
+    _bounds,
+    _limit_parts,
+    _md,
+    _number,
+)
 from skill_rl.scoring.derived.output import _field, view
 from skill_rl.scoring.derived.template import Template
 from skill_rl.skills import Section
@@ -34,7 +66,8 @@ def _inline_sentences(tok, first_line: int) -> Iterator[Sentence]:
                 start = line
         elif child.type in ("text", "html_inline"):
             if codes and text.endswith("`") and codes[-1][1][-1:] in ".!?" and child.content[:1].isspace():
-                yield Sentence(text.rstrip(), tuple(codes), start)  # it ended inside a code span: "... line `None.` The"
+                # it ended inside a code span: "... line `None.` The"
+                yield Sentence(text.rstrip(), tuple(codes), start)
                 text, codes, start = "", [], line
             parts = SPLIT.split(child.content)
             for k, part in enumerate(parts):
@@ -42,7 +75,8 @@ def _inline_sentences(tok, first_line: int) -> Iterator[Sentence]:
                     if text.strip():
                         yield Sentence(text.rstrip(), tuple(codes), start)
                     text, codes, start = "", [], line
-                text += part if text else part.lstrip()  # no leading space: code offsets stay right
+                # no leading space: code offsets stay right
+                text += part if text else part.lstrip()
     if text.strip():
         yield Sentence(text.rstrip(), tuple(codes), start)
 
@@ -54,11 +88,14 @@ def sentences(section: Section, tokens=None) -> Iterator[Sentence]:
             yield from _inline_sentences(tok, section.text_line + tok.map[0])
 
 
-MAX_NAME_CHARS = 100  # a template name longer than this is found in prose only in backticks
+# a template name longer than this is found in prose only in backticks
+MAX_NAME_CHARS = 100
 
 
-NOT_NAMES = frozenset("line lines item items entry entries bullet bullets word words character characters output "
-                      "input first last value values name names".split())
+NOT_NAMES = frozenset(
+    "line lines item items entry entries bullet bullets word words character characters output "
+    "input first last value values name names".split()
+)
 
 
 def _forms(name: str) -> list[tuple[str, bool]]:
@@ -70,7 +107,11 @@ def _forms(name: str) -> list[tuple[str, bool]]:
         return [(name, False), (name[:-2], True)]
     if name.endswith("s") and not name.endswith(("ss", "us", "is")) and len(name) > 3:
         return [(name, False), (name[:-1], True)]
-    plural = name[:-1] + "ies" if name.endswith("y") and name[-2:-1] not in "aeiou" else name + ("es" if name.endswith(("s", "x", "ch", "sh")) else "s")
+    plural = (
+        name[:-1] + "ies"
+        if name.endswith("y") and name[-2:-1] not in "aeiou"
+        else name + ("es" if name.endswith(("s", "x", "ch", "sh")) else "s")
+    )
     return [(name, False), (plural, False)]
 
 
@@ -82,30 +123,44 @@ class Names:
 
     def __init__(self, names: dict[str, tuple[str, str]], plain: dict[str, tuple[str, str]] | None = None):
         self.names = names
-        self.slots: set[tuple[str, str]] = set()  # sections and fields whose template text names one value
+        # sections and fields whose template text names one value
+        self.slots: set[tuple[str, str]] = set()
         self.lengths = sorted({len(n) for n in names if len(n) <= MAX_NAME_CHARS})
         self.plain: dict[str, tuple[tuple[str, str], bool]] = {}
         for name, target in (plain if plain is not None else names).items():
-            if 3 <= len(name) <= 40 and (name not in NOT_NAMES or (name == "name" and target[0] == "field")) and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name):
+            if (
+                3 <= len(name) <= 40
+                and (name not in NOT_NAMES or (name == "name" and target[0] == "field"))
+                and re.fullmatch(r"[a-z][a-z0-9 '-]*[a-z0-9]", name)
+            ):
                 for form, singular in _forms(name):
                     self.plain.setdefault(form, (target, singular))
         words = "|".join(re.escape(f) for f in sorted(self.plain, key=len, reverse=True))
-        self.rx = re.compile(r"(?<![\w`-])(?:(the|each|every|any|a|an|your|its|their)\s+)?(" + words + r")(?![\w`-])") if words else None
+        self.rx = (
+            re.compile(r"(?<![\w`-])(?:(the|each|every|any|a|an|your|its|their)\s+)?(" + words + r")(?![\w`-])")
+            if words
+            else None
+        )
 
 
 class Read(NamedTuple):
     """One sentence, read once for every limit in it: positions of what `_limit_target` looks for."""
 
     lower: str
-    code_offsets: list[int]  # offsets of the code spans that name a target (see _known_name), ascending
+    # offsets of the code spans that name a target (see _known_name), ascending
+    code_offsets: list[int]
     code_targets: list[tuple[str, str]]
-    name_ends: list[int]  # end of each "<name> section|field|line" in `lower`, ascending
-    name_best: list[tuple[int, tuple[str, str]]]  # the latest-starting such mention ending at or before name_ends[i]
-    first_line: int  # where "first line" ends, or -1
+    # end of each "<name> section|field|line" in `lower`, ascending
+    name_ends: list[int]
+    # the latest-starting such mention ending at or before name_ends[i]
+    name_best: list[tuple[int, tuple[str, str]]]
+    # where "first line" ends, or -1
+    first_line: int
     each_line: int
     each_item: int
     whole: bool
-    bare: list = []  # (start, end, after each/every/any, target, singular) of each template name in plain words
+    # (start, end, after each/every/any, target, singular) of each template name in plain words
+    bare: list = []
 
 
 def _code_target(s: Sentence, names: dict, offset: int, code: str, any_code: bool) -> tuple[str, str] | None:
@@ -127,22 +182,40 @@ SUBJECT_BEFORE = re.compile(r"(?:^|[:;,(]|\b(?:of|in|under|for|keep|limit|cap|an
 def read_sentence(s: Sentence, names: Names) -> Read:
     lower = s.text.lower()
     codes = [(off, t) for off, code in s.codes if (t := _code_target(s, names.names, off, code, False))]
-    mentions = []  # (end, start, target) of each "<name> <word>", a name ending where a word starts
+    # (end, start, target) of each "<name> <word>", a name ending where a word starts
+    mentions = []
     for m in re.finditer(r"(?<= )(?:section|field|line)", lower):
         for length in names.lengths:
             start = m.start() - 1 - length
-            if start >= 0 and lower[start : m.start() - 1] in names.names and (start == 0 or not lower[start - 1].isalnum()):
+            if (
+                start >= 0
+                and lower[start : m.start() - 1] in names.names
+                and (start == 0 or not lower[start - 1].isalnum())
+            ):
                 mentions.append((m.end(), start, names.names[lower[start : m.start() - 1]]))
     mentions.sort(key=lambda x: x[0])
     best, name_best = None, []
     for _, start, target in mentions:
         best = (start, target) if best is None or start >= best[0] else best
         name_best.append(best)
-    return Read(lower, [o for o, _ in codes], [t for _, t in codes], [e for e, _, _ in mentions], name_best,
-                _end(r"first line", lower), _end(r"\b(each|every|any|no) line\b|\ball lines\b", lower),
-                _end(r"\b(each|every) (item|entry|bullet)\b", lower), WHOLE.search(lower) is not None,
-                [(m.start(2), m.end(2), m[1] in ("each", "every", "any"), *names.plain[m[2]]) for m in names.rx.finditer(lower)
-                 if m[1] or SUBJECT_BEFORE.search(lower[: m.start()])] if names.rx else [])
+    return Read(
+        lower,
+        [o for o, _ in codes],
+        [t for _, t in codes],
+        [e for e, _, _ in mentions],
+        name_best,
+        _end(r"first line", lower),
+        _end(r"\b(each|every|any|no) line\b|\ball lines\b", lower),
+        _end(r"\b(each|every) (item|entry|bullet)\b", lower),
+        WHOLE.search(lower) is not None,
+        [
+            (m.start(2), m.end(2), m[1] in ("each", "every", "any"), *names.plain[m[2]])
+            for m in names.rx.finditer(lower)
+            if m[1] or SUBJECT_BEFORE.search(lower[: m.start()])
+        ]
+        if names.rx
+        else [],
+    )
 
 
 def _known_name(r: Read, end: int) -> tuple[str, str] | None:
@@ -171,10 +244,14 @@ def enum_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
 ONE_OF = re.compile(r"\bone of\b\s*:?\s*")
 EITHER = re.compile(r"\beither\s+([^,;:()]+?)\s+or\s+([^,;:()]+?)\s*(?=[,;:()]|\.?$)")
 VALUE_SPLIT = re.compile(r"\s*,\s*(?:or\s+|and\s+)?|\s+or\s+|\s*/\s*|\s*\|\s*")
-NOT_VALUE = re.compile(r"(?:the|a|an|these|those|this|that|following|your|its|their|our|some|any|several|many|more|"
-                       r"other|each|every|all|both|" + "|".join(NUMBERS) + r")\b")
-IS_WORDS = re.compile(r"\s*(?::\s*|(?:is|are|must be|should be|has to be|will be|can be|can only be|may be|reads|says)\s+)"
-                      r"(?:always\s+|only\s+)?$")
+NOT_VALUE = re.compile(
+    r"(?:the|a|an|these|those|this|that|following|your|its|their|our|some|any|several|many|more|"
+    r"other|each|every|all|both|" + "|".join(NUMBERS) + r")\b"
+)
+IS_WORDS = re.compile(
+    r"\s*(?::\s*|(?:is|are|must be|should be|has to be|will be|can be|can only be|may be|reads|says)\s+)"
+    r"(?:always\s+|only\s+)?$"
+)
 
 
 def _plain_values(text: str) -> tuple[int, list[str]] | None:
@@ -187,18 +264,26 @@ def _plain_values(text: str) -> tuple[int, list[str]] | None:
     if m:
         raw, at = [text[m.start(1) : m.end(1)], text[m.start(2) : m.end(2)]], m.start()
     elif (m := ONE_OF.search(lower)) is not None:
-        tail = re.split(r"\s+[-\u2013\u2014]\s+|\s*\(|\s*;", text[m.end():], maxsplit=1)[0]
-        counted = re.match(NUM + r"\s+([a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s*:\s*", tail.lower())  # "one of four statuses: ..."
+        tail = re.split(r"\s+[-\u2013\u2014]\s+|\s*\(|\s*;", text[m.end() :], maxsplit=1)[0]
+        # "one of four statuses: ..."
+        counted = re.match(NUM + r"\s+([a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s*:\s*", tail.lower())
         if counted:
-            noun, tail = counted[2], tail[counted.end():]
+            tail = tail[counted.end() :]
         raw, at = VALUE_SPLIT.split(tail.rstrip(". ")), m.start()
     else:
         return None
     values = [v.strip().strip("\"'\u201c\u201d*_").strip() for v in raw]
-    ok = len(values) >= 2 and all(v and len(v) <= 30 and len(v.split()) <= 3 and not NOT_VALUE.match(v.lower()) for v in values)
+    ok = len(values) >= 2 and all(
+        v and len(v) <= 30 and len(v.split()) <= 3 and not NOT_VALUE.match(v.lower()) for v in values
+    )
     if counted and _number(counted[1]) != len(values):
-        return None  # "one of four statuses" followed by three: not read
-    return (at, values, counted[2] if counted else None) if ok and len({v.lower() for v in values}) == len(values) else None
+        # "one of four statuses" followed by three: not read
+        return None
+    return (
+        (at, values, counted[2] if counted else None)
+        if ok and len({v.lower() for v in values}) == len(values)
+        else None
+    )
 
 
 def _plain_enum(s: Sentence, names: Names, at: int, values: list[str], noun: str | None) -> Iterator[Derived]:
@@ -208,7 +293,8 @@ def _plain_enum(s: Sentence, names: Names, at: int, values: list[str], noun: str
     `<what changed>`) or an enumeration: "The summary is either short or
     long" about `<what changed>` describes the text, it does not list its values."""
     r = read_sentence(s, names)
-    named = names.plain.get(noun) if noun else None  # "one of four statuses: ..." where `Status:` is a field
+    # "one of four statuses: ..." where `Status:` is a field
+    named = names.plain.get(noun) if noun else None
     if named and named[0] in names.slots:
         yield Derived(enum_check(named[0][0], named[0][1], values), s.line, s.text)
         return
@@ -228,7 +314,11 @@ def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> t
     if named is None and not (0 <= r.first_line <= start or 0 <= r.each_line <= start or 0 <= r.each_item <= start):
         named = _bare_after(r, end, unit)
     if named:
-        return None if named[0] in ("field", "heading_line", "first_line") and unit in ("lines", "items", "paragraphs") else named
+        return (
+            None
+            if named[0] in ("field", "heading_line", "first_line") and unit in ("lines", "items", "paragraphs")
+            else named
+        )
     if unit in ("chars", "words") and 0 <= r.first_line <= start:
         return ("first_line", "")
     if unit in ("chars", "words") and 0 <= r.each_line <= start:
@@ -236,7 +326,8 @@ def _limit_target(r: Read, start: int, end: int, unit: str, floor: int = 0) -> t
     if unit in ("chars", "words") and 0 <= r.each_item <= start:
         return ("each_item", "")
     if unit != "items" and re.search(r"\b(?:each|every) section\b", r.lower[:start]):
-        return ("each_section", "")  # "each section is up to 300 words": every headed section of the output
+        # "each section is up to 300 words": every headed section of the output
+        return ("each_section", "")
     return ("output", "") if r.whole and not _other_subject(r.lower[:start]) else None
 
 
@@ -250,7 +341,8 @@ def _other_subject(before: str) -> bool:
     return m is not None and m[1] not in ("output", "answer", "response", "whole", "entire", "reply")
 
 
-SKIP = ("", "")  # a subject named but not one a check can read: the limit derives nothing
+# a subject named but not one a check can read: the limit derives nothing
+SKIP = ("", "")
 
 
 def _bare_before(r: Read, start: int, unit: str, floor: int = 0) -> tuple[str, str] | None:
@@ -269,9 +361,11 @@ def _bare_before(r: Read, start: int, unit: str, floor: int = 0) -> tuple[str, s
     per_line = re.search(r"\b(each|every|any|no) line\b|\ball lines\b", between)
     per_item = not per_line and re.search(r"\b(each|every|any)\b", between)
     if target[0] == "field" and (each or per_item) and not per_line:
-        return ("each_field", target[1])  # "each title": every line that starts with `Title:`
+        # "each title": every line that starts with `Title:`
+        return ("each_field", target[1])
     if target[0] != "section" or unit not in ("chars", "words", "sentences"):
-        return SKIP if per_line or per_item or each else target  # "each post" where `<post>` is one line: unclear
+        # "each post" where `<post>` is one line: unclear
+        return SKIP if per_line or per_item or each else target
     if (each and singular) or per_item:
         return ("items_in", target[1])
     if per_line or re.search(r"\b(each|every|any|no) line (?:of|in|under) (?:the )?$", r.lower[:m_start]):
@@ -284,18 +378,35 @@ def _bare_before(r: Read, start: int, unit: str, floor: int = 0) -> tuple[str, s
 def _bare_after(r: Read, end: int, unit: str) -> tuple[str, str] | None:
     """A template name right after the limit, after in/under/of/for: "at most three bullets in the Risks section"."""
     for m_start, _, each, target, _ in r.bare:
-        if m_start >= end and re.fullmatch(r"\s+(?:in|under|of|for|within)\s+(?:the\s+|each\s+|every\s+|your\s+)?",
-                                           r.lower[end:m_start]):
+        if m_start >= end and re.fullmatch(
+            r"\s+(?:in|under|of|for|within)\s+(?:the\s+|each\s+|every\s+|your\s+)?", r.lower[end:m_start]
+        ):
             return None if target[0] == "section" and each and unit in ("chars", "words") else target
     return None
 
 
-COUNT = re.compile(r"\b(" + MAX_WORDS + "|" + BELOW_WORDS + "|" + MIN_WORDS + r")\s+" + NUM
-                   + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
+COUNT = re.compile(
+    r"\b("
+    + MAX_WORDS
+    + "|"
+    + BELOW_WORDS
+    + "|"
+    + MIN_WORDS
+    + r")\s+"
+    + NUM
+    + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})"
+)
 
 
-COUNT_RANGE = re.compile(r"\b(?:(between)\s+)?" + NUM + r"(?:\s*[-\u2013\u2014]\s*|\s+(?:to|or|and)\s+)" + NUM
-                         + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})|\b(exactly)\s+" + NUM + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})")
+COUNT_RANGE = re.compile(
+    r"\b(?:(between)\s+)?"
+    + NUM
+    + r"(?:\s*[-\u2013\u2014]\s*|\s+(?:to|or|and)\s+)"
+    + NUM
+    + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})|\b(exactly)\s+"
+    + NUM
+    + r"\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*){0,3})"
+)
 
 
 ADJECTIVES = frozenset("numbered short brief concrete specific distinct separate open key main new other".split())
@@ -308,22 +419,30 @@ def _paren_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[D
     for m in PAREN_MAX.finditer(lower):
         before = [(n.end(2), *names.plain[n[2]]) for n in names.rx.finditer(lower[: m.start()])] if names.rx else []
         n = _number(m[1])
-        if before and n is not None and before[-1][1][0] == "section" and not before[-1][2] \
-                and re.fullmatch(r"\s*(?:section|list)?\s*", lower[before[-1][0] : m.start()]):
+        if (
+            before
+            and n is not None
+            and before[-1][1][0] == "section"
+            and not before[-1][2]
+            and re.fullmatch(r"\s*(?:section|list)?\s*", lower[before[-1][0] : m.start()])
+        ):
             yield Derived(limit_check(before[-1][1], "items", "max", n), s.line, s.text)
             if spans is not None:
                 spans.append(m.span())
 
 
 def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[Derived]:
-    """"at most N <things>" where <things> is a plural section name of the template, alone or before items,
+    """ "at most N <things>" where <things> is a plural section name of the template, alone or before items,
     entries or bullets: "List no more than six changes", "at most 10 timeline entries" count that section's items;
     so do a range or exact count of them ("two to four risks", "exactly three options")."""
     lower = s.text.lower()
-    found = [(m, m[3], False) for m in COUNT.finditer(lower)] + [(m, m[4] or m[7], True) for m in COUNT_RANGE.finditer(lower)]
+    found = [(m, m[3], False) for m in COUNT.finditer(lower)] + [
+        (m, m[4] or m[7], True) for m in COUNT_RANGE.finditer(lower)
+    ]
     for m, tail, ranged in found:
         words = tail.split()
-        if words and words[0] in ADJECTIVES:  # "5-10 numbered questions"
+        # "5-10 numbered questions"
+        if words and words[0] in ADJECTIVES:
             words = words[1:]
         if HEDGE.search(lower[: m.start()]) or HEDGE_AFTER.match(lower, m.end()):
             continue
@@ -331,15 +450,23 @@ def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[D
             head = " ".join(words[:k])
             hit = names.plain.get(head)
             rest = words[k] if k < len(words) else ""
-            if hit and hit[0][0] == "section" and not hit[1] and (head.endswith("s") or rest in ("items", "entries", "bullets")) \
-                    and head not in UNITS:
+            if (
+                hit
+                and hit[0][0] == "section"
+                and not hit[1]
+                and (head.endswith("s") or rest in ("items", "entries", "bullets"))
+                and head not in UNITS
+            ):
                 if ranged:
                     bounds = _bounds(m, lower)
                 else:
                     n = _number(m[2])
                     below = BELOW.fullmatch(m[1]) is not None
-                    bounds = None if n is None or (below and n == 0) else \
-                        [("min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n)]
+                    bounds = (
+                        None
+                        if n is None or (below and n == 0)
+                        else [("min" if MINIMUM.fullmatch(m[1]) else "max", n - 1 if below else n)]
+                    )
                 if not bounds:
                     break
                 for bound, n in bounds:
@@ -349,22 +476,36 @@ def _count_sentence(s: Sentence, names: Names, spans: list | None) -> Iterator[D
                 break
 
 
-def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], spans: list | None = None) -> Iterator[Derived]:
+def limit_sentence(
+    s: Sentence, names: Names, problems: list[tuple[int, str]], spans: list | None = None
+) -> Iterator[Derived]:
     r, floor, last = None, 0, None
     lower = s.text.lower()
     yield from _count_sentence(s, names, spans)
     yield from _paren_sentence(s, names, spans)
     taken = [sp for sp in spans or () if sp]
-    found = []  # (match, unit word, [(bound, n)] or None)
+    # (match, unit word, [(bound, n)] or None)
+    found = []
     for m in LIMIT.finditer(lower):
         word, number, unit_word = _limit_parts(m)
         n = _number(number)
         if n is None:
-            problems.append((s.line, f"the limit '{word} {number if len(number) <= 20 else number[:17] + '...'} {unit_word}' is above {MAX_LIMIT:,}: "
-                                     "state a smaller number, or leave the length to the judge"))
+            problems.append(
+                (
+                    s.line,
+                    f"the limit '{word} {number if len(number) <= 20 else number[:17] + '...'} {unit_word}' is above {MAX_LIMIT:,}: "
+                    "state a smaller number, or leave the length to the judge",
+                )
+            )
             continue
         below = BELOW.fullmatch(word) is not None
-        found.append((m, unit_word, None if below and n == 0 else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]))
+        found.append(
+            (
+                m,
+                unit_word,
+                None if below and n == 0 else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)],
+            )
+        )
     for m in RANGE.finditer(lower):
         if not any(a <= m.start() < b for a, b in taken):
             found.append((m, m[4] or m[7], _bounds(m, lower)))
@@ -373,16 +514,32 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], s
         unit = UNITS[unit_word]
         hedged = HEDGE.search(lower[: m.start()]) or HEDGE_AFTER.match(lower, m.end())
         target = None if hedged else _limit_target(r, m.start(), m.end(), unit, floor)
-        if target is None and last and last[0] in ("section", "items_in") and unit in ("chars", "words", "sentences") \
-                and re.fullmatch(r"[\s,;]*(?:and\s+|with\s+)?each\s+(?:is\s+|of\s+them\s+)?", lower[floor : m.start()]):
-            target = ("items_in", last[1])  # "three to five bullets, each under 60 characters"
-        elif target is None and last and re.fullmatch(r"\s*(?:,\s*)?(?:and|but)\s+(?:is\s+|are\s+)?", lower[floor : m.start()]) \
-                and not (last[0] in ("field", "heading_line") and unit in ("lines", "items")):
-            target = last  # "at most 2 sentences and under 300 characters": the same subject
+        if (
+            target is None
+            and last
+            and last[0] in ("section", "items_in")
+            and unit in ("chars", "words", "sentences")
+            and re.fullmatch(r"[\s,;]*(?:and\s+|with\s+)?each\s+(?:is\s+|of\s+them\s+)?", lower[floor : m.start()])
+        ):
+            # "three to five bullets, each under 60 characters"
+            target = ("items_in", last[1])
+        elif (
+            target is None
+            and last
+            and re.fullmatch(r"\s*(?:,\s*)?(?:and|but)\s+(?:is\s+|are\s+)?", lower[floor : m.start()])
+            and not (last[0] in ("field", "heading_line") and unit in ("lines", "items"))
+        ):
+            # "at most 2 sentences and under 300 characters": the same subject
+            target = last
         floor, last = m.end(), target or last
-        if target and target[0] in ("section", "field") and unit in ("chars", "words", "sentences") \
-                and re.match(r"\s+each\b", lower[m.end():]):
-            target = ("items_in" if target[0] == "section" else "each_field", target[1])  # "risks under 80 characters each"
+        if (
+            target
+            and target[0] in ("section", "field")
+            and unit in ("chars", "words", "sentences")
+            and re.match(r"\s+each\b", lower[m.end() :])
+        ):
+            # "risks under 80 characters each"
+            target = ("items_in" if target[0] == "section" else "each_field", target[1])
         if target and bounds:
             for bound, n in bounds:
                 yield Derived(limit_check(target, unit, bound, n), s.line, s.text)
@@ -392,7 +549,9 @@ def limit_sentence(s: Sentence, names: Names, problems: list[tuple[int, str]], s
             spans.append(None)
 
 
-VALUE_RANGE = re.compile(r"([a-z][\w ()/'-]{0,40}):\s*(?:between\s+)?(-?\d+(?:\.\d+)?)\s*(?:[-\u2013\u2014]|to|and)\s*(-?\d+(?:\.\d+)?)\s*\.?")
+VALUE_RANGE = re.compile(
+    r"([a-z][\w ()/'-]{0,40}):\s*(?:between\s+)?(-?\d+(?:\.\d+)?)\s*(?:[-\u2013\u2014]|to|and)\s*(-?\d+(?:\.\d+)?)\s*\.?"
+)
 NUMBER_VALUE = re.compile(r"(-?\d+(?:\.\d+)?)\s*[a-z%]*")
 
 
@@ -400,16 +559,19 @@ def value_range_check(label: str, low: float, high: float):
     def run(output: str, task) -> bool | None:
         value = _field(view(output), label)
         if value is None:
-            return None  # a missing field: the headings and template-lines checks say so
+            # a missing field: the headings and template-lines checks say so
+            return None
         m = NUMBER_VALUE.fullmatch(_bare(value).lower())
         return m is not None and low <= float(m[1]) <= high
 
     shown = f"{low:g} to {high:g}"
-    return _make(f"{_slug(label)}_in_range", "format", run, f"field '{label}' is a number from {shown}", target=label.lower())
+    return _make(
+        f"{_slug(label)}_in_range", "format", run, f"field '{label}' is a number from {shown}", target=label.lower()
+    )
 
 
 def value_sentence(s: Sentence, names: Names) -> Iterator[Derived]:
-    """"FPS: 10-30.", "Score: between 1 and 5": a template field's value is a number in that range (a unit word
+    """ "FPS: 10-30.", "Score: between 1 and 5": a template field's value is a number in that range (a unit word
     after it is allowed, nothing else)."""
     m = VALUE_RANGE.fullmatch(s.text.lower().strip())
     if m and names.names.get(m[1].strip(), ("",))[0] == "field" and float(m[2]) < float(m[3]):
@@ -422,7 +584,8 @@ def forbid_sentence(s: Sentence, t: Template | None) -> Iterator[Derived]:
     if fence and NEGATION.search(lower[: fence.start()]):
         yield Derived(no_fence_check(), s.line, s.text)
     if PREAMBLE_WORDS.search(lower):
-        prefix = t.first_prefix if t and t.first_prefix.strip() else ""  # `# ` keeps its space: `## x` is not a title
+        # `# ` keeps its space: `## x` is not a title
+        prefix = t.first_prefix if t and t.first_prefix.strip() else ""
         yield Derived(no_preamble_check(prefix), s.line, s.text)
 
 
@@ -430,7 +593,8 @@ def input_sentence(s: Sentence) -> Iterator[Derived]:
     lower = s.text.lower()
     if not re.search(r"\b(the|its|their) input\b", lower):
         return
-    for _, code in s.codes[:10]:  # a sentence names a shape or two, not a thousand
+    # a sentence names a shape or two, not a thousand
+    for _, code in s.codes[:10]:
         m = SHAPE.match(code)
         if not m or not ("number" in m[2].lower() or not m[1][-1].isalnum()):
             continue

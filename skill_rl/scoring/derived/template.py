@@ -8,26 +8,55 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from skill_rl.scoring.derived.checks import (enum_check, headings_check, limit_check, placeholders_check,
-                                             template_lines_check)
-from skill_rl.scoring.derived.grammar import (BELOW, _bounds, Derived, FIELD, LIMIT, _limit_parts, MINIMUM, NUM,
-                                              _number, PLACEHOLDER, RANGE, UNIT_RX, UNITS)
+from skill_rl.scoring.derived.checks import (
+    enum_check,
+    headings_check,
+    limit_check,
+    placeholders_check,
+    template_lines_check,
+)
+from skill_rl.scoring.derived.grammar import (
+    BELOW,
+    FIELD,
+    LIMIT,
+    MINIMUM,
+    NUM,
+    PLACEHOLDER,
+    RANGE,
+    UNIT_RX,
+    UNITS,
+    Derived,
+    _bounds,
+    _limit_parts,
+    _number,
+)
 from skill_rl.scoring.derived.output import heading
 
 
 @dataclass
 class Template:
-    line: int  # SKILL.md line of the template's first line
-    source: str = ""  # the template as written
-    first_prefix: str = ""  # the first non-blank line's text before its first placeholder
-    heads: list = field(default_factory=list)  # (level, lower title, line as written, SKILL.md line) of literal headings
-    literals: list = field(default_factory=list)  # (line, SKILL.md line)
-    fields: list = field(default_factory=list)  # (label, SKILL.md line)
-    placeholders: list = field(default_factory=list)  # distinct, in order of appearance
-    needs_text: list = field(default_factory=list)  # sections (lower title; None before any heading) with a placeholder line
-    enums: list = field(default_factory=list)  # (kind, name, values, line as written, SKILL.md line)
-    roles: dict = field(default_factory=dict)  # a short placeholder's lower text -> the target it stands for
-    sized: list = field(default_factory=list)  # (target, placeholder text, SKILL.md line) of a placeholder that opens
+    # SKILL.md line of the template's first line
+    line: int
+    # the template as written
+    source: str = ""
+    # the first non-blank line's text before its first placeholder
+    first_prefix: str = ""
+    # (level, lower title, line as written, SKILL.md line) of literal headings
+    heads: list = field(default_factory=list)
+    # (line, SKILL.md line)
+    literals: list = field(default_factory=list)
+    # (label, SKILL.md line)
+    fields: list = field(default_factory=list)
+    # distinct, in order of appearance
+    placeholders: list = field(default_factory=list)
+    # sections (lower title; None before any heading) with a placeholder line
+    needs_text: list = field(default_factory=list)
+    # (kind, name, values, line as written, SKILL.md line)
+    enums: list = field(default_factory=list)
+    # a short placeholder's lower text -> the target it stands for
+    roles: dict = field(default_factory=dict)
+    # (target, placeholder text, SKILL.md line) of a placeholder that opens
+    sized: list = field(default_factory=list)
     # with a limit: `<1-3 sentences: the intent>` alone under `## Plan`, `Summary: <at most 20 words>`
 
 
@@ -63,7 +92,8 @@ def read_template(source: str, first_line: int) -> Template:
     """Sort a template's lines into headings, literal lines, fields, placeholder lines and enumerations."""
     t = Template(first_line, source)
     section: str | None = None
-    shown_title = ""  # the current literal heading's title as written
+    # the current literal heading's title as written
+    shown_title = ""
     lines = source.split("\n")
     first = next((x.strip() for x in lines if x.strip()), "")
     t.first_prefix = PLACEHOLDER.split(first, 1)[0]
@@ -82,7 +112,8 @@ def read_template(source: str, first_line: int) -> Template:
         role = _role(line, head, fld, section, shown_title, first=opening)
         if role:
             t.roles.setdefault(role[0], role[1])
-        if opening and not head:  # "the subject line" for `<type>: <subject>` opening the template
+        # "the subject line" for `<type>: <subject>` opening the template
+        if opening and not head:
             for h in holes:
                 if SHORT_PLACEHOLDER.fullmatch(f"<{h}>") and len(h.split()) <= 2:
                     t.roles.setdefault(f"{h.strip()} line", ("first_line", ""))
@@ -91,8 +122,10 @@ def read_template(source: str, first_line: int) -> Template:
         elif not head and holes and line == f"<{holes[0]}>" and section not in (None, "\0"):
             t.sized.append((("section", shown_title), holes[0], where))
         if head:
-            seen_head = True  # `# <title>` opens the template: the line after it is not the first line
-            section = head[1].lower() if not holes else "\0"  # a heading with a placeholder: unnamed
+            # `# <title>` opens the template: the line after it is not the first line
+            seen_head = True
+            # a heading with a placeholder: unnamed
+            section = head[1].lower() if not holes else "\0"
             if not holes:
                 t.heads.append((head[0], section, line, where))
                 shown_title = head[1]
@@ -113,12 +146,18 @@ def read_template(source: str, first_line: int) -> Template:
 
 def template_checks(t: Template) -> Iterator[Derived]:
     if t.heads:
-        yield Derived(headings_check([(lvl, title) for lvl, title, _, _ in t.heads], [s for _, _, s, _ in t.heads]),
-                      t.heads[0][3], " / ".join(s for _, _, s, _ in t.heads))
+        yield Derived(
+            headings_check([(lvl, title) for lvl, title, _, _ in t.heads], [s for _, _, s, _ in t.heads]),
+            t.heads[0][3],
+            " / ".join(s for _, _, s, _ in t.heads),
+        )
     if t.literals or t.fields:
         where = (t.literals or t.fields)[0][1]
-        yield Derived(template_lines_check([x for x, _ in t.literals], [f for f, _ in t.fields]), where,
-                      " / ".join([x for x, _ in t.literals] + [f"{f}: ..." for f, _ in t.fields]))
+        yield Derived(
+            template_lines_check([x for x, _ in t.literals], [f for f, _ in t.fields]),
+            where,
+            " / ".join([x for x, _ in t.literals] + [f"{f}: ..." for f, _ in t.fields]),
+        )
     if t.placeholders:
         yield Derived(placeholders_check(t.placeholders, t.needs_text), t.line, "the template")
     for kind, name, values, shown, where in t.enums:
@@ -136,16 +175,27 @@ def _sized(target: tuple[str, str], text: str, where: int) -> Iterator[Derived]:
         word, number, unit_word = _limit_parts(m)
         n = _number(number)
         below = BELOW.fullmatch(word) is not None
-        bounds = None if n is None or (below and n == 0) else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]
+        bounds = (
+            None
+            if n is None or (below and n == 0)
+            else [("min" if MINIMUM.fullmatch(word) else "max", n - 1 if below else n)]
+        )
     elif (m := RANGE.match(lower)) is not None:
         unit_word, bounds = m[4] or m[7], _bounds(m, lower)
     elif (m := re.match(NUM + r"\s+(?:short\s+|brief\s+)?" + UNIT_RX, lower)) is not None:
-        n = _number(m[1])  # `<one sentence>`, `<two paragraphs>`: at most that many
+        # `<one sentence>`, `<two paragraphs>`: at most that many
+        n = _number(m[1])
         unit_word, bounds = m[2], None if n is None or n == 0 else [("max", n)]
     else:
         return
     unit = UNITS[unit_word]
-    if bounds and not (target[0] == "field" and unit in ("lines", "items", "paragraphs")) and \
-            re.match(r"\s*(?:[:,;(\u2013\u2014-]|$)|\s+(?:on|about|describing|explaining|saying|that|of|with|for)\b", lower[m.end():]):
+    if (
+        bounds
+        and not (target[0] == "field" and unit in ("lines", "items", "paragraphs"))
+        and re.match(
+            r"\s*(?:[:,;(\u2013\u2014-]|$)|\s+(?:on|about|describing|explaining|saying|that|of|with|for)\b",
+            lower[m.end() :],
+        )
+    ):
         for bound, n in bounds:
             yield Derived(limit_check(target, unit, bound, n), where, f"<{text}>")
