@@ -124,7 +124,7 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
 
 
 def serve_hint(checkpoint: Path, args, eval_flags: str = "") -> str:
-    """How to evaluate a CPU run's checkpoint against its base model: in this process (cpu/evaluation.py), or served.
+    """How to evaluate a CPU run's checkpoint against its base model: in this process (commands/cpu_evaluation.py), or served.
     `eval_flags`: added to the --eval command (an --internalize run's: its arms with and without SKILL.md). Both
     commands carry the run's --max-tokens: --eval's own default (1,024) lets a 135M model loop for minutes."""
     extra = "" if args.base_model == TINY_MODEL else f" --base-model {args.base_model}"
