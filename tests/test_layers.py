@@ -120,6 +120,15 @@ def test_the_top_level_holds_at_most_twelve_modules():
     assert len(list(PACKAGE.glob("*.py"))) <= 12, sorted(p.name for p in PACKAGE.glob("*.py"))
 
 
+def test_no_module_of_the_derived_checks_runs_past_500_lines():
+    long = {
+        p.name: n
+        for p in (PACKAGE / "scoring" / "derived").glob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long, long
+
+
 def test_only_the_command_line_entry_imports_the_cli_module(graph):
     assert [m for m, deps in graph.items() if "skill_rl.commands.cli" in deps] == []
 

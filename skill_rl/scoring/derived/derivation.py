@@ -8,6 +8,13 @@ import re
 from functools import lru_cache
 from typing import Callable, Iterator, NamedTuple
 
+from skill_rl.scoring.derived.demands import (
+    enum_sentence,
+    forbid_sentence,
+    input_sentence,
+    limit_sentence,
+    value_sentence,
+)
 from skill_rl.scoring.derived.grammar import (
     BELOW_WORDS,
     MAX_WORDS,
@@ -18,15 +25,7 @@ from skill_rl.scoring.derived.grammar import (
     Derived,
     _md,
 )
-from skill_rl.scoring.derived.sentences import (
-    Names,
-    enum_sentence,
-    forbid_sentence,
-    input_sentence,
-    limit_sentence,
-    sentences,
-    value_sentence,
-)
+from skill_rl.scoring.derived.sentences import Names, sentences
 from skill_rl.scoring.derived.template import Template, _alternatives, read_template, template_checks
 from skill_rl.skills import Section, Skill, SkillError
 from skill_rl.text import display
