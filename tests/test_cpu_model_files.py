@@ -191,3 +191,41 @@ def test_a_config_that_fails_transformers_own_checks_is_one_line(tmp_path):
         cpu.load_base(str(tmp_path), None)
     text = str(stop.value)
     assert stop.value.code == 2 and "\n" not in text and len(text) < 400 and "hidden size (7)" in text, text
+
+
+@pytest.mark.slow  # torch
+def test_a_gguf_base_model_is_converted_once_and_later_loads_read_the_conversion(tmp_path, monkeypatch):
+    """The first load of a GGUF file keeps its conversion in the cache; a later load reads it (no conversion), gives
+    the same logits and says it came from the GGUF's folder (PEFT records that as the adapter's base); a damaged
+    conversion is converted again."""
+    import torch
+
+    from skill_rl.cpu import weights
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    folder, gguf = cpu.locate(cpu.TINY_MODEL)
+    weights.load_base.cache_clear()
+    tokenizer, first = weights.load_base(folder, gguf)
+    (kept,) = (tmp_path / "hf" / "skill-rl-gguf").iterdir()
+    assert (kept / "model.safetensors").is_file() and (kept / "tokenizer.json").is_file()
+
+    def converting(*args):
+        raise AssertionError("converted again")
+
+    weights.load_base.cache_clear()
+    monkeypatch.setattr(weights, "_keep_converted", converting)
+    tokenizer2, second = weights.load_base(folder, gguf)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}], return_tensors="pt", return_dict=True)
+    ids2 = tokenizer2.apply_chat_template(
+        [{"role": "user", "content": "Say hi."}], return_tensors="pt", return_dict=True
+    )
+    assert torch.equal(ids["input_ids"], ids2["input_ids"]) and tokenizer.chat_template == tokenizer2.chat_template
+    with torch.no_grad():
+        assert torch.equal(first(**ids).logits, second(**ids2).logits)
+    assert second.name_or_path == second.config._name_or_path == tokenizer2.name_or_path == folder
+
+    (kept / "config.json").write_text("not json")
+    weights.load_base.cache_clear()
+    with pytest.raises(Exit, match="converted again"):
+        weights.load_base(folder, gguf)
+    weights.load_base.cache_clear()

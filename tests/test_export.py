@@ -565,7 +565,8 @@ needs_cpu = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
-    """A CPU run's folder with one checkpoint at step 2 (adapter + optimizer), a history and a reward plot."""
+    """A CPU run's folder with one checkpoint at step 2 (adapter + optimizer), a history and a reward plot; the
+    adapted model and the base model's tokenizer."""
     import copy
 
     import torch
@@ -591,13 +592,13 @@ def cpu_run(tmp_path_factory):
     ]
     (where / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (where / "rewards.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    return root, model
+    return root, model, tokenizer
 
 
 @pytest.fixture(scope="module")
 def exported(cpu_run):
     """The run exported once to `out` (a merge takes a while): the exit status, stdout and stderr."""
-    root, _ = cpu_run
+    root, *_ = cpu_run
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         mp.chdir(root)
@@ -628,7 +629,7 @@ def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(c
 
     from skill_rl.skills import find_skill, load_skill, skill_dirs
 
-    root, adapted = cpu_run
+    root, adapted, base_tokenizer = cpu_run
     code, out, err = exported
     assert code == 0, err
     assert "step 2, the best: mean val/reward 0.420" in err and "exported to out" in out
@@ -639,7 +640,6 @@ def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(c
     tokenizer = AutoTokenizer.from_pretrained(merged_dir)
     merged = AutoModelForCausalLM.from_pretrained(merged_dir)
     assert "peft" not in type(merged).__module__
-    base_tokenizer, base = cpu.load_base(*cpu.locate(cpu.TINY_MODEL))
     with adapted.disable_adapter():
         plain = greedy(base_tokenizer, adapted, skill, tasks)
     want = greedy(base_tokenizer, adapted, skill, tasks)
@@ -658,7 +658,7 @@ def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merge
 
     from skill_rl.skills import find_skill, load_skill, skill_dirs
 
-    root, _ = cpu_run
+    root, *_ = cpu_run
     monkeypatch.chdir(root)
     skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
     tasks = skill.split("val")[:3]
@@ -695,7 +695,7 @@ def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merge
 def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, exported, monkeypatch, capsys):
     import hashlib
 
-    root, _ = cpu_run
+    root, *_ = cpu_run
     monkeypatch.chdir(root)
     out = root / "out"
     assert exported[0] == 0

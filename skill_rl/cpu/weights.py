@@ -291,9 +291,15 @@ def load_base(folder: str, gguf: str | None):
     logging.disable_progress_bar()
 
     where = {"gguf_file": gguf} if gguf else {}
+    converted = _converted(Path(folder) / gguf) if gguf else None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **where)
-        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32, **where)
+        if converted is not None and (loaded := _load_converted(converted, folder)) is not None:
+            tokenizer, model = loaded
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **where)
+            model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32, **where)
+            if converted is not None:
+                _keep_converted(converted, tokenizer, model)
     # user files: whatever transformers and its readers raise on them is one line
     except Exception as e:
         raise Exit(2, f"{Path(folder) / (gguf or '')}: cannot load it as a causal language model: {brief(e)}")
@@ -305,3 +311,72 @@ def load_base(folder: str, gguf: str | None):
             f"{Path(folder) / (gguf or '')}: the tokenizer has no chat template; --backend cpu needs an instruct model",
         )
     return tokenizer, model
+
+
+# ------------------------------------------------------------------ GGUF files, converted once
+# transformers reads a GGUF file three times per load (config, tokenizer, weights), walking its vocabulary item by
+# item with gguf's reader: about 20 s for the 135M model on two cores. The first load keeps the result as a
+# Hugging Face folder (safetensors, float32: what every load makes of the file anyway) in a cache keyed by the
+# file's path, size and modification time and transformers' version; later loads, in any process, read that.
+
+
+def _converted(gguf: Path) -> Path | None:
+    """The cache folder for `gguf` as it is now (None when the file cannot be read)."""
+    import hashlib
+
+    import transformers
+
+    try:
+        stat = gguf.resolve().stat()
+    except OSError:
+        return None
+    key = f"{gguf.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{transformers.__version__}"
+    root = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return Path(root) / "skill-rl-gguf" / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _load_converted(where: Path, folder: str):
+    """(tokenizer, model) from a converted folder, named as loaded from `folder` (PEFT records that name as the
+    adapter's base); None when there is none or it does not load (it is then converted again)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (where / "config.json").is_file():
+        return None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=torch.float32)
+    except Exception:
+        return None
+    model.config._name_or_path = model.name_or_path = tokenizer.name_or_path = folder
+    return tokenizer, model
+
+
+def _keep_converted(where: Path, tokenizer, model) -> None:
+    """Save the converted model for later loads: written beside, then renamed into place, so that a reader never
+    sees half of it; a failure (a full disk, a read-only cache) only costs the next load its conversion."""
+    import shutil
+    import tempfile
+
+    from safetensors.torch import save_model
+
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{where.name}-", dir=where.parent))
+        try:
+            tokenizer.save_pretrained(tmp)
+            # save_pretrained refuses a model loaded from GGUF (its quantizer); its weights are plain float32 by now
+            config = model.config.to_dict()
+            config.pop("quantization_config", None)
+            (tmp / "config.json").write_text(json.dumps(config, indent=1))
+            model.generation_config.save_pretrained(tmp)
+            # save_model keeps a tied embedding once
+            save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            tmp.rename(where)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    # a cache: whatever fails (a full disk, a read-only folder, a library's refusal) costs the next load a conversion
+    except Exception:
+        pass
