@@ -32,6 +32,9 @@ def shipped_skills() -> list[str]:
 
 SHIPPED_SKILLS = shipped_skills()
 # a parameter beside the shipped skills' names: init_template makes it a folder
+# training on the stand-in ART backend, and the smallest groups RL compares (the argv pieces most tests share)
+DRY_RUN = ("--backend", "skill_rl.training.dryrun:DryRunBackend")
+SMALL_GROUPS = ("--groups-per-step", "2", "--rollouts-per-group", "2")
 TEMPLATE = "the --init template"
 
 

@@ -8,7 +8,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from conftest import main_in_process, small_git_commit
+from conftest import DRY_RUN, SMALL_GROUPS, main_in_process, small_git_commit
 
 from skill_rl.commands import config
 from skill_rl.errors import Exit
@@ -79,15 +79,11 @@ def test_kl_coef_reaches_arts_train_a_resumed_run_keeps_its_reference_and_cleanu
         skills,
         "--skill",
         "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
+        *DRY_RUN,
         "--judge",
         "none",
         "--format-only-reward",
-        "--groups-per-step",
-        "2",
-        "--rollouts-per-group",
-        "2",
+        *SMALL_GROUPS,
         "--eval-every",
         "100",
     )

@@ -8,8 +8,8 @@ import os
 import stat
 
 import pytest
+from conftest import DRY_RUN, SMALL_GROUPS, small_git_commit
 from conftest import SMALL_DIFF as DIFF
-from conftest import small_git_commit
 from openai_server import FakeOpenAI
 from test_mining import Scripted, run
 
@@ -96,20 +96,7 @@ def test_a_full_disk_for_the_reward_plot_is_a_warning_and_the_run_goes_on(tmp_pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(Figure, "savefig", full_disk)
     code, stdout, stderr = run(
-        "--skills-dir",
-        skills,
-        "--skill",
-        "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
-        "--judge",
-        "none",
-        "--steps",
-        "1",
-        "--groups-per-step",
-        "2",
-        "--rollouts-per-group",
-        "2",
+        "--skills-dir", skills, "--skill", "git-commit", *DRY_RUN, "--judge", "none", "--steps", "1", *SMALL_GROUPS
     )
     assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
     assert "warning: cannot write rewards.png: No space left on device" in stderr and "step    1 | reward" in stdout
@@ -129,16 +116,12 @@ def test_a_full_disk_for_warmstart_jsonl_is_one_line(tmp_path, monkeypatch, poli
         skills,
         "--skill",
         "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
+        *DRY_RUN,
         "--judge",
         "none",
         "--steps",
         "1",
-        "--groups-per-step",
-        "2",
-        "--rollouts-per-group",
-        "2",
+        *SMALL_GROUPS,
         "--sft",
         "--eval-every",
         "100",

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SHIPPED_SKILLS, main_in_process, skill_folder
+from conftest import DRY_RUN, SHIPPED_SKILLS, SMALL_GROUPS, main_in_process, skill_folder
 from openai_server import FakeOpenAI, by_length, context_input
 
 from skill_rl.scoring import audit
@@ -173,18 +173,14 @@ def test_training_refuses_to_start_while_a_family_wins_until_accepted(tmp_path, 
             skills,
             "--skill",
             "poem-title",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge-base-url",
             server.url,
             "--judge-api-key",
             "sk-test",
             "--steps",
             "1",
-            "--groups-per-step",
-            "2",
-            "--rollouts-per-group",
-            "2",
+            *SMALL_GROUPS,
             "--eval-every",
             "1",
         )

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import DRY_RUN
 
 from skill_rl.scoring import repeats
 from skill_rl.training.trajectories import penalise_repeats
@@ -40,15 +41,7 @@ def skills_with(tmp_path: Path, name: str, strip_expect: bool = False) -> Path:
     return tmp_path / "skills"
 
 
-TRAIN = (
-    "--backend",
-    "skill_rl.training.dryrun:DryRunBackend",
-    "--judge",
-    "none",
-    "--sft",
-    "--sft-from",
-    "no-such-file.jsonl",
-)
+TRAIN = (*DRY_RUN, "--judge", "none", "--sft", "--sft-from", "no-such-file.jsonl")
 
 
 @pytest.mark.parametrize(

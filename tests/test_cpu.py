@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import skill_folder, small_git_commit
+from conftest import SMALL_GROUPS, skill_folder, small_git_commit
 
 from skill_rl import cpu
 
@@ -77,10 +77,7 @@ TINY_RUN = [
     "cpu",
     "--judge",
     "none",
-    "--groups-per-step",
-    "2",
-    "--rollouts-per-group",
-    "2",
+    *SMALL_GROUPS,
     "--max-tokens",
     "8",
     "--eval-every",

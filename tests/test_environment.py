@@ -4,6 +4,7 @@ anything is spent."""
 import json
 
 import pytest
+from conftest import DRY_RUN
 
 from train_skill import main
 
@@ -71,16 +72,7 @@ def test_training_with_a_judge_key_missing_stops_before_the_model_is_registered(
     for var in (*JUDGE_VARS, "ANTHROPIC_API_KEY"):
         monkeypatch.setenv(var, "")
     monkeypatch.chdir(tmp_path)
-    code = main(
-        [
-            "--skill",
-            "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
-            "--judge-model",
-            "anthropic/claude-3-5-haiku-latest",
-        ]
-    )
+    code = main(["--skill", "git-commit", *DRY_RUN, "--judge-model", "anthropic/claude-3-5-haiku-latest"])
     assert code == 2 and "ANTHROPIC_API_KEY" in capsys.readouterr().err
     # no run was started, so none trains on checks only
     assert not (tmp_path / ".art").exists()

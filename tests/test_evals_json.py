@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import DRY_RUN
 
 from skill_rl.scoring.reward import rubric
 from skill_rl.skills import SkillError, load_skill
@@ -188,8 +189,7 @@ def test_it_trains_on_the_stand_in_backend(skills, tmp_path, monkeypatch, capsys
                 str(skills),
                 "--skill",
                 "meeting-notes",
-                "--backend",
-                "skill_rl.training.dryrun:DryRunBackend",
+                *DRY_RUN,
                 "--judge-base-url",
                 server.url,
                 "--judge-api-key",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import skills_ref
+from conftest import DRY_RUN, held_at, main_in_process, skill_folder, small_git_commit, wait_for
 from conftest import SMALL_DIFF as DIFF
-from conftest import held_at, main_in_process, skill_folder, small_git_commit, wait_for
 from openai_server import FakeOpenAI, candidates
 
 from skill_rl.skills import load_skill
@@ -169,8 +169,7 @@ def train_cmd(skills, server, *extra):
         str(skills),
         "--skill",
         "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
+        *DRY_RUN,
         "--judge-base-url",
         server.url,
         *FAST_JUDGE,

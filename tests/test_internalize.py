@@ -9,7 +9,7 @@ import signal
 import threading
 
 import pytest
-from conftest import small_git_commit
+from conftest import DRY_RUN, SMALL_GROUPS, small_git_commit
 from openai_server import TRAJECTORY, FakeOpenAI
 from test_mining import run
 
@@ -42,18 +42,7 @@ def test_after_a_warm_start_no_rl_prompt_carries_the_skill_unless_the_floor_is_g
     from skill_rl.commands import config
     from skill_rl.skills import find_skill, skill_dirs
 
-    args = train_skill.parse_args(
-        [
-            "--skill",
-            "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
-            "--judge",
-            "none",
-            "--internalize",
-            *flags,
-        ]
-    )
+    args = train_skill.parse_args(["--skill", "git-commit", *DRY_RUN, "--judge", "none", "--internalize", *flags])
     settings = config.resolve(args, load_skill(find_skill(skill_dirs(None), "git-commit"))).settings
     assert settings.internalize_floor == floor
     fade = Fade(10, settings.internalize_floor)
@@ -125,8 +114,7 @@ def test_an_internalized_run_fades_the_skill_from_the_policy_but_never_from_the_
             skills,
             "--skill",
             "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge-base-url",
             server.url,
             "--judge-api-key",
@@ -203,20 +191,7 @@ def test_without_internalize_every_prompt_carries_the_skill_as_before(tmp_path, 
     with FakeOpenAI(policy_fn=lambda r: GOOD) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
         code, stdout, stderr = run(
-            "--skills-dir",
-            skills,
-            "--skill",
-            "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
-            "--judge",
-            "none",
-            "--steps",
-            "2",
-            "--groups-per-step",
-            "2",
-            "--rollouts-per-group",
-            "2",
+            "--skills-dir", skills, "--skill", "git-commit", *DRY_RUN, "--judge", "none", "--steps", "2", *SMALL_GROUPS
         )
     assert code == 0, stderr[-2000:]
     inputs = {t.input for t in skill.tasks}

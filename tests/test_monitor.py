@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import small_git_commit
+from conftest import DRY_RUN, SMALL_GROUPS, small_git_commit
 from openai_server import FakeOpenAI
 
 import train_skill
@@ -105,18 +105,14 @@ def test_a_policy_that_starts_answering_one_constant_message_is_flagged(tmp_path
                 str(skills),
                 "--skill",
                 "git-commit",
-                "--backend",
-                "skill_rl.training.dryrun:DryRunBackend",
+                *DRY_RUN,
                 "--judge-base-url",
                 server.url,
                 "--judge-api-key",
                 "sk-test",
                 "--steps",
                 "2",
-                "--groups-per-step",
-                "2",
-                "--rollouts-per-group",
-                "2",
+                *SMALL_GROUPS,
                 "--eval-every",
                 "100",
             ]
@@ -188,18 +184,14 @@ def test_a_run_whose_answers_collapse_to_one_type_says_so_and_prunes_worse_check
                 str(skills),
                 "--skill",
                 "git-commit",
-                "--backend",
-                "skill_rl.training.dryrun:DryRunBackend",
+                *DRY_RUN,
                 "--judge-base-url",
                 server.url,
                 "--judge-api-key",
                 "sk-test",
                 "--steps",
                 "3",
-                "--groups-per-step",
-                "2",
-                "--rollouts-per-group",
-                "2",
+                *SMALL_GROUPS,
                 "--eval-every",
                 "1",
                 "--prune-collapsed",

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DRY_RUN, small_git_commit
 from conftest import SMALL_DIFF as DIFF
-from conftest import small_git_commit
 from openai_server import FakeOpenAI
 
 from train_skill import main
@@ -150,17 +150,7 @@ def test_eval_refuses_an_out_that_is_a_file_or_lies_under_one(tmp_path, capsys):
 @pytest.mark.parametrize("value", ["../escape", "a/b", "..", ".", "", "a\\b", "x\ny"])
 def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monkeypatch, flag, value):
     monkeypatch.chdir(tmp_path)
-    code, err = run(
-        capsys,
-        "--skill",
-        "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
-        "--judge",
-        "none",
-        flag,
-        value,
-    )
+    code, err = run(capsys, "--skill", "git-commit", *DRY_RUN, "--judge", "none", flag, value)
     assert code == 2 and len(err) == 1 and flag in err[0], err
     assert not (tmp_path / ".art").exists()
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DRY_RUN, small_git_commit
 from conftest import SMALL_DIFF as DIFF
-from conftest import small_git_commit
 from openai_server import FakeOpenAI
 
 from train_skill import main
@@ -108,8 +108,7 @@ def test_training_logs_and_prints_no_key_the_policy_or_judge_echoes(tmp_path):
             str(skills),
             "--skill",
             "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge-base-url",
             server.url,
             "--judge-attempts",

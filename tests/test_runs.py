@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import held_at, main_in_process, read_until, small_git_commit, wait_for
+from conftest import DRY_RUN, SMALL_GROUPS, held_at, main_in_process, read_until, small_git_commit, wait_for
 from openai_server import FakeOpenAI
 
 from train_skill import main
@@ -26,14 +26,10 @@ def train_cmd(skills: Path, server, *extra) -> list[str]:
         str(skills),
         "--skill",
         "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
+        *DRY_RUN,
         "--judge",
         "none",
-        "--groups-per-step",
-        "2",
-        "--rollouts-per-group",
-        "2",
+        *SMALL_GROUPS,
         "--eval-every",
         "100",
         *extra,

@@ -7,7 +7,7 @@ import signal
 import threading
 
 import pytest
-from conftest import small_git_commit
+from conftest import DRY_RUN, SMALL_GROUPS, small_git_commit
 from openai_server import FakeOpenAI
 from test_mining import run
 
@@ -35,16 +35,12 @@ def test_a_training_stopped_by_a_signal_exits_128_plus_the_signal(tmp_path, monk
             skills,
             "--skill",
             "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge",
             "none",
             "--steps",
             "5",
-            "--groups-per-step",
-            "2",
-            "--rollouts-per-group",
-            "2",
+            *SMALL_GROUPS,
             "--eval-every",
             "100",
         )

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import main_in_process, small_git_commit
+from conftest import DRY_RUN, main_in_process, small_git_commit
 from openai_server import FakeOpenAI
 
 from skill_rl.skills import load_skill
@@ -47,8 +47,7 @@ def train(tmp_path, skills_dir, monkeypatch, capfd):
             skills_dir,
             "--skill",
             "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge-base-url",
             server.url,
             "--judge-api-key",
@@ -240,8 +239,7 @@ def test_a_step_builds_no_schema_per_rollout_and_full_collections_skip_the_impor
                 str(skills_dir),
                 "--skill",
                 "git-commit",
-                "--backend",
-                "skill_rl.training.dryrun:DryRunBackend",
+                *DRY_RUN,
                 "--judge-base-url",
                 policy_server.url,
                 "--judge-api-key",

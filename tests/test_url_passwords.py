@@ -3,6 +3,7 @@ configuration, in the run's config.yaml (the user's alone, in a run folder that 
 for a refused endpoint, however short it is."""
 
 import pytest
+from conftest import DRY_RUN
 
 import train_skill
 from skill_rl import keys
@@ -45,8 +46,7 @@ def test_the_start_up_configuration_and_config_yaml_mask_every_urls_password(tmp
     argv = [
         "--skill",
         "git-commit",
-        "--backend",
-        "skill_rl.training.dryrun:DryRunBackend",
+        *DRY_RUN,
         "--judge",
         "ruler",
         "--sft",

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHIPPED_SKILLS, main_in_process, skill_folder, small_git_commit
+from conftest import DRY_RUN, SHIPPED_SKILLS, SMALL_GROUPS, main_in_process, skill_folder, small_git_commit
 from openai_server import FakeOpenAI
 
 from skill_rl import skills
@@ -435,16 +435,12 @@ def test_training_survives_a_check_that_raises_and_one_that_hangs(tmp_path, monk
             skills,
             "--skill",
             "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge",
             "none",
             "--steps",
             "1",
-            "--groups-per-step",
-            "2",
-            "--rollouts-per-group",
-            "2",
+            *SMALL_GROUPS,
             "--eval-every",
             "100",
         )

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import small_git_commit
+from conftest import DRY_RUN, SMALL_GROUPS, small_git_commit
 from openai_server import FakeOpenAI
 
 from skill_rl.scoring.rubric import score_offline
@@ -48,18 +48,14 @@ def train(capsys, skills, policy, *extra):
             str(skills),
             "--skill",
             "git-commit",
-            "--backend",
-            "skill_rl.training.dryrun:DryRunBackend",
+            *DRY_RUN,
             "--judge-base-url",
             policy.url,
             "--judge-api-key",
             "sk-test",
             "--judge-timeout",
             "2",
-            "--groups-per-step",
-            "2",
-            "--rollouts-per-group",
-            "2",
+            *SMALL_GROUPS,
             "--eval-every",
             "100",
             # the test server's judge prefers length: the audit would refuse (test_audit.py)

@@ -8,13 +8,7 @@ import bisect
 import re
 from typing import Iterator, NamedTuple
 
-from skill_rl.scoring.derived.grammar import (
-    NAME_WORD,
-    SPLIT,
-    WHOLE,
-    Sentence,
-    _md,
-)
+from skill_rl.scoring.derived.grammar import NAME_WORD, SPLIT, WHOLE, Sentence, _md
 from skill_rl.skills import Section
 
 
