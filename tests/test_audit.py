@@ -16,8 +16,6 @@ from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.skills import load_skill
 
 ROOT = Path(__file__).resolve().parent.parent
-# the shipped ones only: a skill a user adds to skills/ is not this project's to test
-SHIPPED = SHIPPED_SKILLS
 
 TITLES = """---
 name: poem-title
@@ -139,7 +137,7 @@ def test_audit_without_a_reference_to_compare_with_exits_2_naming_the_file(tmp_p
 
 # RULER: ART (torch)
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", SHIPPED_SKILLS)
 def test_an_honest_judge_ranks_every_shipped_family_below_the_references(name):
     skill = load_skill(ROOT / "skills" / name)
     result = audited(skill, honest(skill))

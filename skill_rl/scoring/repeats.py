@@ -24,9 +24,10 @@ is right is never charged: an output or line of under MIN_LETTERS letters of its
 "add § to the §"), a line of structure (a heading of up to three words, a label line, a trailer such as
 `Signed-off-by:`), a line the SKILL.md prescribes (its Output Format's lines, its placeholders' alternatives,
 its lines of alternatives filled in (`Release type: minor`) and the code spans of it and of its Rules: a footer,
-a template heading, a verdict; not its examples, which copied into every answer are the constant answer), a skeleton of the task's own reference, and for a task
-without a reference a skeleton two references to different tasks share (a section heading, "docs: fix typo
-in §"). Outputs for the same task (a group's rollouts) never count against each other.
+a template heading, a verdict; not its examples, which copied into every answer are the constant answer), a
+skeleton of the task's own reference, and for a task without a reference a skeleton two references to different
+tasks share (a section heading, "docs: fix typo in §"). Outputs for the same task (a group's rollouts) never count
+against each other.
 """
 
 from __future__ import annotations
