@@ -69,12 +69,13 @@ def test_internalize_doubles_the_warm_start_and_validations_and_cheapens_steps_w
     "busy, threads, cores, factor",
     [
         # a quiet machine: the measured figure
-        (0.1, 2, 2, 1.0),
+        (0.0, 2, 2, 1.0),
         # one core busy elsewhere: one thread on the other
         (1.0, 1, 2, 2.0),
-        # the thread shares its core with what keeps 1.6 busy
-        (1.6, 1, 2, 2 / 0.65),
-        # oversubscribed: half a core at the least
+        # 2.6 runnable threads share 2 cores: the run's one gets 2 / 2.6 of a core
+        (1.6, 1, 2, 2.6),
+        # another run's two threads and this one's: a third of the machine each
+        (2.0, 1, 2, 3.0),
         (3.0, 1, 2, 4.0),
         # more cores than measured are not assumed to help
         (0.0, 16, 16, 1.0),

@@ -81,9 +81,10 @@ MEASURED_CORES = 2
 
 def slowdown(busy: float, threads: int, cores: int) -> float:
     """How much longer than on MEASURED_CORES idle cores a run takes with `threads` torch threads while other work
-    keeps `busy` cores busy: the cores it gets (its threads, or fewer when the free cores are fewer; half a core at
-    the least) against MEASURED_CORES. Never below 1: more cores than measured are not assumed to help."""
-    gets = min(threads, max(0.5, cores - busy + 0.25))
+    keeps `busy` cores busy: the cores it gets against MEASURED_CORES. Its threads get a core each while the cores
+    go round; past that the scheduler shares the cores out by runnable thread, so its threads get
+    cores x threads / (busy + threads). Never below 1: more cores than measured are not assumed to help."""
+    gets = threads if busy + threads <= cores else cores * threads / (busy + threads)
     return max(1.0, MEASURED_CORES / gets)
 
 
