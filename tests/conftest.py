@@ -1,5 +1,6 @@
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -36,6 +37,35 @@ SHIPPED_SKILLS = shipped_skills()
 DRY_RUN = ("--backend", "skill_rl.training.dryrun:DryRunBackend")
 SMALL_GROUPS = ("--groups-per-step", "2", "--rollouts-per-group", "2")
 TEMPLATE = "the --init template"
+
+
+def training(skills, *flags) -> list[str]:
+    """The command line of a git-commit training run in a subprocess, under `skills`, on the stand-in backend,
+    validating only at its end."""
+    return [
+        sys.executable,
+        str(ROOT / "train_skill.py"),
+        *("--skills-dir", str(skills), "--skill", "git-commit", *DRY_RUN, "--eval-every", "100"),
+        *flags,
+    ]
+
+
+def policy_env(server, **more: str) -> dict:
+    """This environment, with the policy at `server` and no W&B key (a training run in a subprocess)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url, **more}
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def launch(cmd: list[str], cwd, env) -> subprocess.Popen:
+    """`cmd` started in `cwd`, its output read as text through pipes."""
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def score_flags(src, out, skills=None) -> list[str]:
+    """--score of the git-commit answers in `src` into `out` by the checks alone (the skill under `skills` when given)."""
+    where = ["--skills-dir", str(skills)] if skills is not None else []
+    return [*where, "--skill", "git-commit", "--score", str(src), "--judge", "none", "--out", str(out)]
 
 
 def init_template(where: Path, name: str = "my-skill") -> Path:

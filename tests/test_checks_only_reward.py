@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import DRY_RUN
+from conftest import DRY_RUN, score_flags
 
 from skill_rl.scoring import repeats
 from skill_rl.training.trajectories import penalise_repeats
@@ -168,22 +168,6 @@ def test_score_without_a_judge_says_when_the_reward_cannot_tell_a_right_answer(t
     tasks = [t for t in load_skill(skills / "git-commit").tasks if t.reference][:4]
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps({"task_id": t.id, "outputs": [t.reference]}) + "\n" for t in tasks))
-    assert (
-        main(
-            [
-                "--skills-dir",
-                str(skills),
-                "--skill",
-                "git-commit",
-                "--score",
-                str(src),
-                "--judge",
-                "none",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main([*score_flags(src, out, skills)]) == 0
     err = capsys.readouterr().err
     assert ("the reward cannot tell whether these answers are right" in err) is strip, err

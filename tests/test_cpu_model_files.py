@@ -4,6 +4,7 @@ before loading where it can be (the validation path: no model is loaded here), a
 
 import json
 import os
+import shutil
 import struct
 import sys
 from importlib.util import find_spec
@@ -224,8 +225,32 @@ def test_a_gguf_base_model_is_converted_once_and_later_loads_read_the_conversion
         assert torch.equal(first(**ids).logits, second(**ids2).logits)
     assert second.name_or_path == second.config._name_or_path == tokenizer2.name_or_path == folder
 
+    # the same bytes elsewhere (another venv's copy of the package): the same conversion, none made
+    elsewhere = tmp_path / "another-venv"
+    elsewhere.mkdir()
+    shutil.copyfile(Path(folder) / gguf, elsewhere / gguf)
+    weights.load_base.cache_clear()
+    _, third = weights.load_base(str(elsewhere), gguf)
+    assert third.name_or_path == str(elsewhere) and [kept] == list((tmp_path / "hf" / "skill-rl-gguf").iterdir())
+
     (kept / "config.json").write_text("not json")
     weights.load_base.cache_clear()
     with pytest.raises(Exit, match="converted again"):
         weights.load_base(folder, gguf)
     weights.load_base.cache_clear()
+
+
+def test_the_conversion_cache_keeps_the_most_recently_used_and_the_one_just_written(tmp_path):
+    from skill_rl.cpu import weights
+
+    cache = tmp_path / "skill-rl-gguf"
+    folders = [cache / f"c{i}" for i in range(5)]
+    for age, folder in enumerate(folders):
+        folder.mkdir(parents=True)
+        # c0 the newest, c4 the oldest
+        os.utime(folder, (1_000_000 - age * 100, 1_000_000 - age * 100))
+    # a conversion being written beside them is not the cache's to remove
+    (cache / ".c9-partial").mkdir()
+    weights._evict(cache, folders[4])
+    kept = sorted(p.name for p in cache.iterdir())
+    assert kept == sorted([".c9-partial", "c4", *[f"c{i}" for i in range(weights.KEEP_CONVERSIONS - 1)]])

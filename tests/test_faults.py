@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import skills_ref
-from conftest import DRY_RUN, held_at, main_in_process, skill_folder, small_git_commit, wait_for
 from conftest import SMALL_DIFF as DIFF
+from conftest import held_at, launch, main_in_process, policy_env, skill_folder, small_git_commit, training, wait_for
 from openai_server import FakeOpenAI, candidates
 
 from skill_rl.skills import load_skill
@@ -162,38 +162,15 @@ def test_eval_under_a_policy_fault(tmp_path, capsys, fault):
 
 
 def train_cmd(skills, server, *extra):
-    return [
-        sys.executable,
-        str(ROOT / "train_skill.py"),
-        "--skills-dir",
-        str(skills),
-        "--skill",
-        "git-commit",
-        *DRY_RUN,
-        "--judge-base-url",
-        server.url,
-        *FAST_JUDGE,
-        "--groups-per-step",
-        "2",
-        "--rollouts-per-group",
-        "4",
-        "--eval-every",
-        "100",
-        "--request-timeout",
-        "10",
-        *extra,
-    ]
+    return training(
+        skills,
+        *("--judge-base-url", server.url, *FAST_JUDGE, "--groups-per-step", "2", "--rollouts-per-group", "4"),
+        *("--request-timeout", "10", *extra),
+    )
 
 
 def train_env(server):
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "SKILL_RL_POLICY_BASE_URL": server.url,
-        "SKILL_RL_POLICY_API_KEY": KEY,
-    }
-    env.pop("WANDB_API_KEY", None)
-    return env
+    return policy_env(server, SKILL_RL_POLICY_API_KEY=KEY)
 
 
 @pytest.fixture
@@ -241,14 +218,7 @@ def test_training_killed_mid_step_resumes_at_that_step_without_training_twice(
     # step 2's rollouts use the checkpoint of step 1
     policy = held_at("skill-git-commit@1", answers())
     with FakeOpenAI(policy_fn=policy) as server:
-        proc = subprocess.Popen(
-            train_cmd(small_skill, server, "--steps", "3"),
-            cwd=tmp_path,
-            env=train_env(server),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = launch(train_cmd(small_skill, server, "--steps", "3"), tmp_path, train_env(server))
         assert policy.reached.wait(300), "step 2 never started"
         # during step 2's rollouts
         proc.send_signal(signal.SIGKILL)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DRY_RUN, small_git_commit
+from conftest import DRY_RUN, score_flags, small_git_commit
 from conftest import SMALL_DIFF as DIFF
 from openai_server import FakeOpenAI
 
@@ -58,19 +58,7 @@ def test_score_refuses_an_out_that_is_one_of_the_skills_files(tmp_path, capsys):
     for name in ("tasks.jsonl", "SKILL.md", "checks.py"):
         target = skills / "git-commit" / name
         before = target.read_bytes()
-        code, err = run(
-            capsys,
-            "--skills-dir",
-            str(skills),
-            "--skill",
-            "git-commit",
-            "--score",
-            str(src),
-            "--judge",
-            "none",
-            "--out",
-            str(target),
-        )
+        code, err = run(capsys, *score_flags(src, target, skills))
         assert code == 2 and len(err) == 1 and f"{name}" in err[0], err
         assert target.read_bytes() == before
 
@@ -95,18 +83,7 @@ def test_a_disk_that_fills_during_score_stops_it_with_one_line_and_valid_records
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
     run_ = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train_skill.py"),
-            "--skill",
-            "git-commit",
-            "--score",
-            str(src),
-            "--judge",
-            "none",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, str(ROOT / "train_skill.py"), *score_flags(src, out)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -159,20 +136,7 @@ def test_run_name_and_project_cannot_leave_the_art_folder(tmp_path, capsys, monk
 
 
 def score(capsys, skills, src, out, *extra):
-    return run(
-        capsys,
-        "--skills-dir",
-        str(skills),
-        "--skill",
-        "git-commit",
-        "--score",
-        str(src),
-        "--judge",
-        "none",
-        "--out",
-        str(out),
-        *extra,
-    )
+    return run(capsys, *score_flags(src, out, skills), *extra)
 
 
 def test_score_resume_refuses_records_of_another_input_or_skill(tmp_path, capsys):

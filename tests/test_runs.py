@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DRY_RUN, SMALL_GROUPS, held_at, main_in_process, read_until, small_git_commit, wait_for
+from conftest import (
+    SMALL_GROUPS,
+    held_at,
+    launch,
+    main_in_process,
+    policy_env,
+    read_until,
+    small_git_commit,
+    training,
+    wait_for,
+)
 from openai_server import FakeOpenAI
 
 from train_skill import main
@@ -19,27 +29,11 @@ ANSWER = "fix(app): raise the limit to a sane value\n\n" + "The old limit droppe
 
 
 def train_cmd(skills: Path, server, *extra) -> list[str]:
-    return [
-        sys.executable,
-        str(ROOT / "train_skill.py"),
-        "--skills-dir",
-        str(skills),
-        "--skill",
-        "git-commit",
-        *DRY_RUN,
-        "--judge",
-        "none",
-        *SMALL_GROUPS,
-        "--eval-every",
-        "100",
-        *extra,
-    ]
+    return training(skills, "--judge", "none", *SMALL_GROUPS, *extra)
 
 
 def train_env(server) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILL_RL_POLICY_BASE_URL": server.url}
-    env.pop("WANDB_API_KEY", None)
-    return env
+    return policy_env(server)
 
 
 def in_env(monkeypatch, server) -> None:
@@ -268,14 +262,7 @@ def test_a_second_ctrl_c_abandons_the_step_at_once(tmp_path):
     # step 3's rollouts (on step 2's checkpoint) wait
     policy = held_at("skill-git-commit@2", lambda r: ANSWER)
     with FakeOpenAI(policy_fn=policy) as server:
-        run = subprocess.Popen(
-            train_cmd(skills, server, "--steps", "3"),
-            cwd=tmp_path,
-            env=train_env(server),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        run = launch(train_cmd(skills, server, "--steps", "3"), tmp_path, train_env(server))
         try:
             assert policy.reached.wait(300), "step 3 never started"
             # the first: finish step 3, then stop
@@ -329,13 +316,10 @@ def test_interrupting_score_or_eval_keeps_the_records_and_prints_one_line(tmp_pa
             ]
         )
         records = tmp_path / ("out.jsonl" if command == "score" else "eval/records.jsonl")
-        proc = subprocess.Popen(
+        proc = launch(
             [sys.executable, str(ROOT / "train_skill.py"), "--skill", "git-commit", *extra],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            tmp_path,
+            {**os.environ, "PYTHONPATH": str(ROOT)},
         )
         wait_for(lambda: records.exists() and records.read_text().count("\n") >= 4)
         proc.send_signal(sig)

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import score_flags
 from openai_server import FakeOpenAI, candidates
 
 from skill_rl.skills import load_skill
@@ -103,19 +104,7 @@ def test_score_draws_a_progress_bar_only_on_a_terminal_and_not_with_quiet(
         # captured output is not a terminal: a pipe
         monkeypatch.delenv("FORCE_COLOR", raising=False)
     src = write_jsonl(tmp_path / "in.jsonl", [{"input": DIFF, "output": "fix: raise the limit"}] * 3)
-    code = main(
-        [
-            "--skill",
-            "git-commit",
-            "--score",
-            str(src),
-            "--judge",
-            "none",
-            "--out",
-            str(tmp_path / "out.jsonl"),
-            *(["--quiet"] if quiet else []),
-        ]
-    )
+    code = main([*score_flags(src, tmp_path / "out.jsonl"), *(["--quiet"] if quiet else [])])
     err = capsys.readouterr().err
     assert code == 0
     assert ("scoring in.jsonl" in err and "3/3" in err) == drawn, err

@@ -317,24 +317,41 @@ def load_base(folder: str, gguf: str | None):
 # transformers reads a GGUF file three times per load (config, tokenizer, weights), walking its vocabulary item by
 # item with gguf's reader: about 20 s for the 135M model on two cores. The first load keeps the result as a
 # Hugging Face folder (safetensors, float32: what every load makes of the file anyway) in a cache keyed by the
-# file's path, size and modification time and transformers' version; later loads, in any process, read that.
+# file's bytes and transformers' version, so every venv and copy of the same file shares one folder; the
+# KEEP_CONVERSIONS most recently used are kept, older ones removed as a new one is written.
+KEEP_CONVERSIONS = 3
 
 
 def _converted(gguf: Path) -> Path | None:
-    """The cache folder for `gguf` as it is now (None when the file cannot be read)."""
+    """The cache folder for `gguf`'s bytes (None when the file cannot be read)."""
     import hashlib
 
     import transformers
 
     try:
-        stat = gguf.resolve().stat()
+        with open(gguf, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
-    key = f"{gguf.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{transformers.__version__}"
+    key = f"{digest}\0{transformers.__version__}"
     root = os.environ.get("HF_HOME") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
     )
     return Path(root) / "skill-rl-gguf" / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _evict(cache: Path, keep: Path) -> None:
+    """Remove all but the KEEP_CONVERSIONS most recently used conversions in `cache` (`keep`, the one just written,
+    always stays); a folder that vanishes or cannot be removed meanwhile is left to the next write."""
+    import shutil
+
+    try:
+        folders = [p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep]
+        folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in folders[KEEP_CONVERSIONS - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _load_converted(where: Path, folder: str):
@@ -348,6 +365,8 @@ def _load_converted(where: Path, folder: str):
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=torch.float32)
+        # used now: the last to be evicted
+        os.utime(where)
     except Exception:
         return None
     model.config._name_or_path = model.name_or_path = tokenizer.name_or_path = folder
@@ -375,6 +394,7 @@ def _keep_converted(where: Path, tokenizer, model) -> None:
             # save_model keeps a tied embedding once
             save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
             tmp.rename(where)
+            _evict(where.parent, where)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     # a cache: whatever fails (a full disk, a read-only folder, a library's refusal) costs the next load a conversion
