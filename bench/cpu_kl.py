@@ -7,8 +7,8 @@ git-commit (--backend cpu's defaults, --judge none) in arms that share one warm 
 (`--steps 0 --sft`), its run folder is copied for each arm, and each arm trains --steps RL steps from it with
 the same seed, so the arms differ in the anchor alone. Each --kl-coef is an arm, in the order given (default
 0.5, then 0): anchored to the warm start's checkpoint, or at 0 with no penalty, the KL to that checkpoint
-measured (`--kl-ref-step`). A --workdir whose warm start is done is reused (a bench stopped during an arm
-goes on from the next one it names).
+measured (`--kl-ref-step`). A --workdir whose warm start is done is reused, and so is an arm trained and
+validated there before (a bench stopped during an arm goes on from that arm).
 Per arm it prints the last validation's reward with its 95 % bootstrap interval (--val-tasks x 4 answers at
 temperature 1), then, greedily on the same val tasks (--eval, one answer each): the distinct commit types,
 the most common one, `type_right` and `breaking_right`, and the KL to the warm start per RL step
@@ -83,6 +83,8 @@ def greedy(a, run_dir: Path, work: Path) -> list[dict]:
                     str(a.val_tasks),
                     "--model",
                     f"trained@{server.url}",
+                    "--api-key",
+                    server.api_key,
                     "--max-tokens",
                     str(cpu.DEFAULTS["max_tokens"]),
                     "--out",
@@ -92,7 +94,10 @@ def greedy(a, run_dir: Path, work: Path) -> list[dict]:
     finally:
         server.close()
     rows = [json.loads(line) for line in (work / "eval" / "records.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("model") == "trained" and "output" in r]
+    records = [r for r in rows if r.get("model") == "trained" and "output" in r]
+    if not records:
+        raise SystemExit(f"error: the greedy --eval of {run_dir} answered nothing (its errors are above)")
+    return records
 
 
 def arm(a, warm: Path, coef: float) -> dict:
@@ -101,12 +106,15 @@ def arm(a, warm: Path, coef: float) -> dict:
     from skill_rl.skills import load_skill
 
     work = warm.parent / f"arm-kl-{coef:g}"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(warm, work)
-    started = time.perf_counter()
-    extra = ["--kl-coef", f"{coef:g}"] + (["--kl-ref-step", "1"] if coef == 0 else [])
-    with contextlib.chdir(work):
-        code = train_skill.main(command(a, "--sft", "--steps", str(a.steps), *extra))
+    started, code = time.perf_counter(), 0
+    if trained(work, a.steps):
+        print(f"--kl-coef {coef:g}: trained before in {work}; reused", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(warm, work)
+        extra = ["--kl-coef", f"{coef:g}"] + (["--kl-ref-step", "1"] if coef == 0 else [])
+        with contextlib.chdir(work):
+            code = train_skill.main(command(a, "--sft", "--steps", str(a.steps), *extra))
     seconds = time.perf_counter() - started
     run_dir = next((work / ".art").rglob("history.jsonl")).parent
     rows = history(run_dir)
@@ -133,6 +141,12 @@ def arm(a, warm: Path, coef: float) -> dict:
         "kl": kl,
         "outputs": [r["output"] for r in records],
     }
+
+
+def trained(work: Path, steps: int) -> bool:
+    """Whether an arm's folder holds a run validated after its last RL step (the warm start's step + `steps`)."""
+    runs = list((work / ".art").rglob("history.jsonl")) if (work / ".art").is_dir() else []
+    return bool(runs) and any(r.get("step") == steps + 1 and "val/reward" in r for r in history(runs[0].parent))
 
 
 def warmed(warm: Path) -> bool:
