@@ -172,16 +172,14 @@ def import_user_file(folder: Path, file: str, lint, problems: list[str], seconds
     if isinstance(error, SyntaxError):
         problems.append(problem(path, error.lineno, f"{file} does not parse: {error.msg}"))
     elif isinstance(error, Timeout):
-        problems.append(
-            problem(path, _user_line(error, path), f"{file} did not finish importing within {seconds:g} s")
-        )
+        problems.append(problem(path, _user_line(error, path), f"{file} did not finish importing within {seconds:g} s"))
     elif isinstance(error, ModuleNotFoundError) and (error.name or "").startswith("skill_rl."):
         problems.append(
             problem(
                 path,
                 _user_line(error, path),
                 f"{file} imports {error.name}, which skill-rl no longer has: "
-                "import what it needs from the package itself (from skill_rl import check, exploit, tool, Task)",
+                "import what it needs from the package itself (from skill_rl import check, exploit, Task)",
             )
         )
     elif error is not None:

@@ -31,10 +31,29 @@ def _callable_problem(path: Path, what: str, name: str, fn, params: str, args: t
     return None
 
 
+def takes_episode(fn) -> bool:
+    """Whether a check takes the episode (its tool calls and workspace: skill_rl/tools) as a third parameter named
+    `episode`: `check(output, task, episode)`."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+        inspect.signature(fn).bind("", None, None)
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 3 and params[2].name == "episode"
+
+
 def lint_checks(path: Path, module: ModuleType) -> list[str]:
-    """A check that could never be called as `check(output, task)` is a problem of the skill, found at load."""
+    """A check that could never be called as `check(output, task)`, or `check(output, task, episode)` with a third
+    parameter named `episode`, is a problem of the skill, found at load."""
     found = (
-        _callable_problem(path, "check", name, fn, "output, task", ("", None))
+        _callable_problem(
+            path,
+            "check",
+            name,
+            fn,
+            "output, task) or (output, task, episode",
+            ("", None, None) if takes_episode(fn) else ("", None),
+        )
         for name, fn in vars(module).items()
         if getattr(fn, "dimension", None) in DIMENSIONS
     )

@@ -14,7 +14,7 @@ import re
 import shlex
 from pathlib import Path
 
-from skill_rl.tools.declare import Tool
+from skill_rl.tools.declare import Tool, parameters_schema
 
 # one entry: Bash(...), or a bare word
 _ENTRY = re.compile(r"(\w+)\(([^()]*)\)|(\S+)")
@@ -28,22 +28,18 @@ def _model(name: str, field: str):
 
 
 def _bash_tool(prefixes: list[tuple[str, ...]], exact: list[tuple[str, ...]]) -> Tool:
-    from skill_rl.tools.declare import parameters_schema
-
     model = _model("bash_arguments", "command")
     # an exact command is kept as its words and a final '': the whole argv must equal them (`allowed`)
     every = tuple(prefixes) + tuple((*p, "") for p in exact)
     description = (
         "Run one command in the workspace and return what it prints. The command is split into words as a "
         "shell would quote them, but no shell runs it: ';', '|', '&&', '$(...)' and globs are plain words. "
-        f"Allowed: {allowed_text(every)}."
+        f"Allowed (... where more words may follow): {allowed_text(every)}"
     )
     return Tool(BASH, description, parameters_schema(model), "bash", prefixes=every, model=model)
 
 
 def _read_tool() -> Tool:
-    from skill_rl.tools.declare import parameters_schema
-
     model = _model("read_arguments", "path")
     description = "Read a text file of the workspace; `path` is relative to the workspace."
     return Tool(READ, description, parameters_schema(model), "read", model=model)

@@ -62,6 +62,8 @@ class Tool:
     # python: the tools.py and the function's name in it
     source: Path | None = None
     function: str | None = None
+    # python: the line of tools.py that defines it
+    line: int | None = None
     # bash: the argv prefixes allowed, e.g. (("git", "status"), ("git", "diff"))
     prefixes: tuple[tuple[str, ...], ...] = ()
     # the pydantic model that validates the arguments
@@ -160,4 +162,4 @@ def describe(path: Path, fn: Callable) -> Tool:
     if why is not None:
         raise ToolProblem([problem(path, line, f"tool '{fn.__name__}' {why}")])
     doc = inspect.cleandoc(fn.__doc__)
-    return Tool(fn.__name__, doc, schema, "python", source=path, function=fn.__name__, model=model)
+    return Tool(fn.__name__, doc, schema, "python", source=path, function=fn.__name__, line=line, model=model)
