@@ -431,3 +431,36 @@ def test_a_check_of_an_episode_receives_it_and_fails_without_one(box):
     without = run_checks([read_first, answered], "done", None)
     assert dict(without) == {"read_first": False, "answered": True}
     assert without.errors == {"read_first": NO_EPISODE}
+
+
+def _doc_block(after: str) -> str:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "tools.md").read_text()
+    return doc.split(after, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_example_skill_passes_check_and_its_episode_check_reads_the_calls(tmp_path, capsys):
+    """A skill written from docs/tools.md alone: its tools.py and its check of an episode, as the page gives them."""
+    folder = _with_tools(tmp_path, _doc_block("### tools.py"))
+    (folder / "checks.py").write_text((folder / "checks.py").read_text() + "\n\n" + _doc_block("### Checks of an"))
+    (folder / "notes").mkdir()
+    (folder / "notes" / "notes.txt").write_text("twelve words " * 6)
+    assert main(["--skills-dir", str(tmp_path), "--skill", "acting", "--check"]) == 0
+    assert "count (" in capsys.readouterr().out
+    skill = load_skill(folder)
+    fns = [skill.checks.counted_before_answering]
+    with Workspace.fresh(folder / "notes") as ws:
+        box = Toolbox(list(skill.tools), ws)
+        assert box.run("count", '{"path": "notes.txt"}').result == "12"
+        assert dict(run_checks(fns, "12", skill.tasks[0], box.episode())) == {"counted_before_answering": True}
+    assert dict(run_checks(fns, "12", skill.tasks[0])) == {"counted_before_answering": False}
+
+
+def test_the_sandbox_report_says_what_is_refused_here(isolated):
+    from skill_rl.tools.__main__ import measure
+
+    lines = dict(line.split(": ", 1) for line in measure())
+    assert lines["namespaces (user, network, mount, PID)"] == "made"
+    assert next(v for k, v in lines.items() if k.startswith("a write outside")).startswith("refused (OSError")
+    assert lines["a write inside the workspace"] == "allowed ('written')"
+    assert lines["a TCP connection to 127.0.0.1"].startswith("refused (OSError")
+    assert "OPENAI_API_KEY" not in lines["the environment a tool sees"]
