@@ -9,6 +9,7 @@ What a tool returns is untrusted data: `result` is text for the policy (and the 
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
@@ -80,6 +81,15 @@ def _path_words(workspace: Path, words: list[str]) -> None:
                 raise Refused(str(e)) from None
 
 
+@functools.cache
+def _warn_once(refused: str) -> None:
+    print(
+        f"skill-rl: this machine refuses user namespaces ({refused}): tool calls run without network or "
+        "filesystem isolation, with a scrubbed environment and resource limits only (docs/tools.md)",
+        file=sys.stderr,
+    )
+
+
 class Toolbox:
     """`tools` bound to `workspace` (a Workspace or its path); `run` makes a call, `calls` keeps them in order."""
 
@@ -88,14 +98,9 @@ class Toolbox:
         self.workspace = Path(workspace.path if isinstance(workspace, Workspace) else workspace).resolve()
         self.time_limit, self.output_cap = float(time_limit), int(output_cap)
         self.calls: list[CallRecord] = []
-        refused = namespaces_refused()
-        self.isolated = refused is None
-        if refused:
-            print(
-                f"skill-rl: this machine refuses user namespaces ({refused}): tool calls run without network or "
-                "filesystem isolation, with a scrubbed environment and resource limits only (docs/tools.md)",
-                file=sys.stderr,
-            )
+        self.isolated = namespaces_refused() is None
+        if not self.isolated:
+            _warn_once(namespaces_refused())
 
     def episode(self) -> Episode:
         return Episode(calls=list(self.calls), workspace=self.workspace)
