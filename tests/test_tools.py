@@ -16,15 +16,15 @@ from skill_rl import check, tool
 from skill_rl.scoring.checks import NO_EPISODE, run_checks
 from skill_rl.skills import SkillError, load_skill
 from skill_rl.tools import CallRecord, Toolbox, ToolProblem, Workspace, load_tools
+from skill_rl.tools.__main__ import PROBES, measure
 from skill_rl.tools.declare import describe
 from skill_rl.tools.sandbox import namespaces_refused
 from train_skill import main
 
-HOSTILE = """
-import os, socket, sys
-from pathlib import Path
-from skill_rl import tool
-
+# the probes of `python -m skill_rl.tools` (write, peek, connect, environment), and more
+HOSTILE = (
+    PROBES
+    + """
 
 @tool
 def count(workspace: Path, path: str, limit: int = 10) -> str:
@@ -32,20 +32,6 @@ def count(workspace: Path, path: str, limit: int = 10) -> str:
     from skill_rl.tools import inside
 
     return str(len(inside(workspace, path).read_text().split()[:limit]))
-
-
-@tool
-def write_to(workspace: Path, target: str) -> str:
-    "Write a marker file at an absolute path."
-    Path(target).write_text("escaped")
-    return "written"
-
-
-@tool
-def connect(workspace: Path, port: int) -> str:
-    "Open a TCP connection to 127.0.0.1."
-    socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    return "connected"
 
 
 @tool
@@ -65,13 +51,8 @@ def huge(workspace: Path) -> str:
 def boom(workspace: Path) -> str:
     "Raises."
     raise RuntimeError("the tool broke")
-
-
-@tool
-def environment(workspace: Path) -> str:
-    "The names of the environment variables it sees."
-    return " ".join(sorted(os.environ))
 """
+)
 
 ALLOWED = (
     "Bash(git status:*) Bash(git add:*) Bash(git commit:*) Bash(git log:*) Bash(cat:*) Bash(echo:*) Bash(yes) Read"
@@ -211,9 +192,10 @@ def test_check_lists_each_tool_with_its_schema(tmp_path, capsys):
     _with_tools(tmp_path, HOSTILE)
     assert main(["--skills-dir", str(tmp_path), "--skill", "acting", "--check"]) == 0
     out = capsys.readouterr().out
-    assert "tools (tools.py, allowed-tools; docs/tools.md): 9" in out
+    assert "tools (tools.py, allowed-tools; docs/tools.md): 10" in out
     assert "commands: git status ..." in out
-    count = json.dumps(load_skill(tmp_path / "acting").tools[2].parameters, sort_keys=True)
+    count = next(t for t in load_skill(tmp_path / "acting").tools if t.name == "count")
+    count = json.dumps(count.parameters, sort_keys=True)
     assert f"parameters: {count}" in out.replace("\n    ", "").replace("\n", "")
 
 
@@ -344,11 +326,11 @@ def test_arguments_not_as_the_schema_says_are_an_error_line(box, name, arguments
 
 
 def test_a_tool_writing_outside_the_workspace_changes_nothing_there(box, outside, isolated):
-    _refused(box.run("write_to", json.dumps({"target": str(outside / "marker")})), "Read-only file system")
-    _refused(box.run("write_to", json.dumps({"target": str(box.workspace.parent / "marker")})), "Read-only")
+    _refused(box.run("write", json.dumps({"target": str(outside / "marker")})), "Read-only file system")
+    _refused(box.run("write", json.dumps({"target": str(box.workspace.parent / "marker")})), "Read-only")
     assert not (box.workspace.parent / "marker").exists()
-    written = box.run("write_to", json.dumps({"target": str(box.workspace / "marker")}))
-    assert written.error is None and (box.workspace / "marker").read_text() == "escaped"
+    written = box.run("write", json.dumps({"target": str(box.workspace / "marker")}))
+    assert written.error is None and (box.workspace / "marker").read_text() == "x"
 
 
 def test_a_tool_opening_a_network_connection_fails_and_none_arrives(box, isolated):
@@ -456,8 +438,6 @@ def test_the_docs_example_skill_passes_check_and_its_episode_check_reads_the_cal
 
 
 def test_the_sandbox_report_says_what_is_refused_here(isolated):
-    from skill_rl.tools.__main__ import measure
-
     lines = dict(line.split(": ", 1) for line in measure())
     assert lines["namespaces (user, network, mount, PID)"] == "made"
     assert next(v for k, v in lines.items() if k.startswith("a write outside")).startswith("refused (OSError")
