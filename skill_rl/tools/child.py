@@ -97,7 +97,7 @@ def _python(spec: dict, workspace: str) -> dict:
 
 
 def _read(spec: dict, workspace: str) -> dict:
-    sys.path.insert(0, spec["package_root"])
+    # on the PYTHONPATH the parent set
     from skill_rl.tools.workspace import inside
 
     path = inside(workspace, spec["path"])
@@ -111,8 +111,9 @@ def run(spec: dict) -> None:
     if spec["kind"] == "bash":
         try:
             os.execvp(spec["argv"][0], spec["argv"])
-        except OSError as e:
-            print(f"{spec['argv'][0]}: {e.strerror}", file=sys.stderr)
+        # not found, not executable, or a word that is no file name (a NUL, a lone surrogate)
+        except (OSError, ValueError) as e:
+            print(f"{spec['argv'][0]!r}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
             os._exit(127)
     # what the function prints goes to stderr; the answer to the saved stdout
     answer_fd = os.dup(1)

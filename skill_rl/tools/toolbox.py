@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from skill_rl.tools.allowed import allowed, allowed_text
 from skill_rl.tools.declare import Tool
-from skill_rl.tools.sandbox import PACKAGE_ROOT, Outcome, git_argv, namespaces_refused, run_child
+from skill_rl.tools.sandbox import Outcome, git_argv, namespaces_refused, run_child
 from skill_rl.tools.workspace import Outside, Workspace, inside
 
 
@@ -145,7 +145,7 @@ class Toolbox:
                 inside(self.workspace, values["path"])
             except Outside as e:
                 raise Refused(str(e)) from None
-            spec = {"kind": "read", "path": values["path"], "cap": self.output_cap, "package_root": PACKAGE_ROOT}
+            spec = {"kind": "read", "path": values["path"], "cap": self.output_cap}
         else:
             spec = {"kind": "python", "source": str(tool.source), "function": tool.function, "arguments": values}
         # room for JSON's escapes (at most six characters a byte) around a result of the cap
