@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +46,15 @@ def hang(workspace: Path) -> str:
 def huge(workspace: Path) -> str:
     "Returns a gigabyte."
     return "x" * (1 << 30)
+
+
+@tool
+def linger(workspace: Path) -> str:
+    "Leaves a detached process behind that writes a marker half a second later."
+    import subprocess
+
+    subprocess.Popen(["sh", "-c", "sleep 0.5; touch lingered"], cwd=workspace, start_new_session=True)
+    return "left"
 
 
 @tool
@@ -192,7 +202,7 @@ def test_check_lists_each_tool_with_its_schema(tmp_path, capsys):
     _with_tools(tmp_path, HOSTILE)
     assert main(["--skills-dir", str(tmp_path), "--skill", "acting", "--check"]) == 0
     out = capsys.readouterr().out
-    assert "tools (tools.py, allowed-tools; docs/tools.md): 10" in out
+    assert "tools (tools.py, allowed-tools; docs/tools.md): 11" in out
     assert "commands: git status ..." in out
     count = next(t for t in load_skill(tmp_path / "acting").tools if t.name == "count")
     count = json.dumps(count.parameters, sort_keys=True)
@@ -300,6 +310,12 @@ def test_a_tool_that_returns_a_gigabyte_is_stopped(box):
     assert record.error and any(w in record.error for w in ("passed", "MemoryError", "time limit")), record
     assert len(record.result) < 500
     _fine(box)
+
+
+def test_a_process_a_tool_leaves_behind_dies_with_the_call(box, isolated):
+    assert box.run("linger", "{}").result == "left"
+    time.sleep(1.0)
+    assert not (box.workspace / "lingered").exists()
 
 
 def test_a_tool_that_raises_is_an_error_line(box):
