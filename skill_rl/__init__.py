@@ -26,10 +26,22 @@ and for a skill's exploits.py (degenerate policies its reward must not pay for; 
     @exploit("a template filled with each diff's names", step=True)  # a per-task family: the step contract
     def template(ctx, task: Task) -> str | None: ...
 
+and for a skill's tools.py (what the policy may call in its workspace; docs/tools.md):
+
+    from pathlib import Path
+    from skill_rl import tool
+
+    @tool
+    def count_words(workspace: Path, path: str) -> str:
+        "How many words a file of the workspace holds; `path` is relative to the workspace."
+        from skill_rl.tools import inside
+
+        return str(len(inside(workspace, path).read_text().split()))
+
 All are loaded on first use, so importing any skill_rl module stays as light as it was.
 """
 
-__all__ = ["check", "exploit", "Task"]
+__all__ = ["check", "exploit", "tool", "Task"]
 
 
 def __getattr__(name: str):
@@ -41,6 +53,10 @@ def __getattr__(name: str):
         from skill_rl.scoring.exploits import exploit
 
         return exploit
+    if name == "tool":
+        from skill_rl.tools.declare import tool
+
+        return tool
     if name == "Task":
         from skill_rl.skills import Task
 

@@ -1,4 +1,5 @@
-"""A time limit for user code (a skill's checks.py) run in this process, without threads.
+"""A time limit for user code (a skill's checks.py) run in this process, without threads; and importing a skill's own
+Python file under it (`import_user_file`: checks.py, exploits.py, tools.py).
 
     with Watchdog(limit_seconds) as dog:
         value, error = dog.call(fn, *args)   # error: the exception fn raised, or a Timeout
@@ -24,11 +25,18 @@ timer that were set before (a test's own alarm) are put back on the way out.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
+
+from skill_rl.text import brief, problem
 
 _LINE = sys.monitoring.events.LINE
 # the sys.monitoring tool id we hold, once we needed one
@@ -130,3 +138,56 @@ class Watchdog:
 
 
 _CALL = Watchdog.call.__code__
+
+
+# ------------------------------------------------------------------ a skill's own Python files
+
+
+def _user_line(error: BaseException, path: Path) -> int | None:
+    """The line of `path` that was running when `error` was raised (the innermost frame in that file)."""
+    line, tb, target = None, error.__traceback__, os.path.abspath(path)
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def import_user_file(folder: Path, file: str, lint, problems: list[str], seconds: float) -> ModuleType | None:
+    """Import a skill's own Python file (checks.py, exploits.py, tools.py): user code, so bounded in time, its prints sent
+    to stderr (stdout may be JSONL), whatever it raises, SystemExit included, reported as one line naming the
+    line it was running, and what `lint(path, module)` finds wrong with it reported the same way."""
+    path = folder / file
+    if not path.exists():
+        return None
+    name = f"skill_rl_{path.stem}_{folder.name.replace('-', '_')}"
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses and pydantic look their module up while it runs
+    sys.modules[name] = module
+    with Watchdog(seconds) as dog, contextlib.redirect_stdout(sys.stderr):
+        _, error = dog.call(spec.loader.exec_module, module)
+    if isinstance(error, SyntaxError):
+        problems.append(problem(path, error.lineno, f"{file} does not parse: {error.msg}"))
+    elif isinstance(error, Timeout):
+        problems.append(problem(path, _user_line(error, path), f"{file} did not finish importing within {seconds:g} s"))
+    elif isinstance(error, ModuleNotFoundError) and (error.name or "").startswith("skill_rl."):
+        problems.append(
+            problem(
+                path,
+                _user_line(error, path),
+                f"{file} imports {error.name}, which skill-rl no longer has: "
+                "import what it needs from the package itself (from skill_rl import check, exploit, Task)",
+            )
+        )
+    elif error is not None:
+        problems.append(problem(path, _user_line(error, path), f"{file} failed to import: {brief(error)}"))
+    else:
+        found = lint(path, module)
+        problems.extend(found)
+        if not found:
+            return module
+    del sys.modules[name]
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from skill_rl.scoring.rubric import checks_cover, reference_problems
 from skill_rl.skills import DIMENSIONS, NAME_RE, Skill, SkillError, Task, load_skill, shipped_skills_dir, skill_dirs
 from skill_rl.skills import list_skills as skill_folders
 from skill_rl.text import display, show
+from skill_rl.tools.allowed import allowed_text
 
 TEMPLATE = Path(__file__).parent.parent / "template"
 # what --init writes
@@ -116,6 +118,7 @@ def print_check(skill: Skill) -> int:
     )
     print_derived(console, skill, set(checks))
     console.print(f"exploits (exploits.py): {len(skill_exploits(skill))}, plus {len(GENERIC)} generic")
+    print_tools(console, skill)
     print_contract(console, skill)
     console.print("procedure:")
     for i, step in enumerate(skill.steps, 1):
@@ -166,6 +169,21 @@ def print_check(skill: Skill) -> int:
         soft_wrap=True,
     )
     return 0
+
+
+def print_tools(console: Console, skill: Skill) -> None:
+    """The tools the policy may call (allowed-tools' commands, tools.py's functions), each with its JSON schema."""
+    if not skill.tools:
+        console.print("tools (tools.py, allowed-tools): none")
+        return
+    console.print(f"tools (tools.py, allowed-tools; docs/tools.md): {len(skill.tools)}")
+    for t in skill.tools:
+        where = f"{display(t.source)}:{t.line}" if t.source else "allowed-tools"
+        first = t.description.splitlines()[0]
+        console.print(literal(f"  {t.name} ({where}): {first}"), soft_wrap=True)
+        if t.kind == "bash":
+            console.print(literal(f"    commands: {allowed_text(t.prefixes)}"), soft_wrap=True)
+        console.print(literal(f"    parameters: {json.dumps(t.parameters, sort_keys=True)}"), soft_wrap=True)
 
 
 def print_contract(console: Console, skill: Skill) -> None:

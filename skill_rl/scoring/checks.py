@@ -8,6 +8,10 @@ passing, and never as "not applicable": either would let a policy raise its rewa
 to run. A check that timed out TIMEOUTS_BEFORE_SKIP times is not called again in this process (each later
 output records it as failing), so a check that never returns costs seconds, not hours.
 
+A check whose third parameter is named `episode` is a check of an episode (a tool-using rollout): it is called as
+`check(output, task, episode)` with the episode's tool calls and workspace (skill_rl/tools `Episode`). Scored
+without an episode (a single-turn answer) it fails, with the reason kept beside the results: never a crash.
+
 How checks become a reward is rubric.py's business; this module imports nothing heavy.
 """
 
@@ -18,11 +22,14 @@ import numbers
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.skills import DIMENSIONS, Skill, Task, takes_episode
 from skill_rl.text import brief, display, show
 from skill_rl.watchdog import Timeout, Watchdog
+
+if TYPE_CHECKING:
+    from skill_rl.tools import Episode
 
 # None: not applicable to this task
 CheckResult = bool | float | None
@@ -31,6 +38,9 @@ CHECK_SECONDS = 1.0
 TIMEOUTS_BEFORE_SKIP = 3
 # check -> how often it timed out in this process
 _timeouts: dict[Callable, int] = {}
+# check -> whether it takes the episode (skill_rl/skills/usercode.py `takes_episode`), asked once
+_EPISODIC: dict[Callable, bool] = {}
+NO_EPISODE = "checks an episode (its tool calls and workspace), and this output came without one: scored as failing"
 
 
 # of a judged dimension: what its applicable checks without `covers` cover together
@@ -172,7 +182,14 @@ def _settle(fn: Callable, value, error: BaseException | None, dog: Watchdog) -> 
     return False, text if broken is None else f"{type(thing).__name__} (which cannot be shown)"
 
 
-def _run(fns: list[Callable], output: str, task: Task, dog: Watchdog) -> CheckResults:
+def _episodic(fn: Callable) -> bool:
+    known = _EPISODIC.get(fn)
+    if known is None:
+        known = _EPISODIC[fn] = takes_episode(fn)
+    return known
+
+
+def _run(fns: list[Callable], output: str, task: Task, dog: Watchdog, episode: Episode | None = None) -> CheckResults:
     results = CheckResults()
     for fn in fns:
         if fn in _timeouts and _timeouts[fn] >= TIMEOUTS_BEFORE_SKIP:
@@ -181,7 +198,13 @@ def _run(fns: list[Callable], output: str, task: Task, dog: Watchdog) -> CheckRe
                 f"not run: timed out {TIMEOUTS_BEFORE_SKIP} times already",
             )
             continue
-        value, error = dog.call(fn, output, task)
+        if not _episodic(fn):
+            value, error = dog.call(fn, output, task)
+        elif episode is None:
+            results[fn.__name__], results.errors[fn.__name__] = False, NO_EPISODE
+            continue
+        else:
+            value, error = dog.call(fn, output, task, episode)
         if error is None and (
             value is None or value is True or value is False or (type(value) is float and 0.0 <= value <= 1.0)
         ):
@@ -195,18 +218,22 @@ def _run(fns: list[Callable], output: str, task: Task, dog: Watchdog) -> CheckRe
     return results
 
 
-def run_checks(fns: list[Callable], output: str, task: Task) -> CheckResults:
-    """Every check on one output, each bounded in time and validated (see the module docstring)."""
+def run_checks(fns: list[Callable], output: str, task: Task, episode: Episode | None = None) -> CheckResults:
+    """Every check on one output (and its episode, for the checks of an episode), each bounded in time and
+    validated (see the module docstring)."""
     _prepare([output])
     with Watchdog(CHECK_SECONDS) as dog:
-        return _run(fns, output, task, dog)
+        return _run(fns, output, task, dog, episode)
 
 
-def run_checks_group(fns: list[Callable], outputs: list[str], task: Task) -> list[CheckResults]:
-    """run_checks for every output of a group, with one timer for the group."""
+def run_checks_group(
+    fns: list[Callable], outputs: list[str], task: Task, episodes: list[Episode | None] | None = None
+) -> list[CheckResults]:
+    """run_checks for every output of a group (`episodes`: each output's episode, in order), with one timer."""
     _prepare(outputs)
+    episodes = episodes or [None] * len(outputs)
     with Watchdog(CHECK_SECONDS) as dog:
-        return [_run(fns, o, task, dog) for o in outputs]
+        return [_run(fns, o, task, dog, e) for o, e in zip(outputs, episodes)]
 
 
 def _prepare(outputs: list[str]) -> None:

@@ -330,12 +330,13 @@ class Scorer:
             if (d in self.skill.judged or d not in covered) and self.skill.weights[d] > 0
         )
 
-    async def score(self, task: Task, outputs: list[str]) -> GroupResult:
-        """Checks for every output; then, per judged dimension, one RULER call over the group's distinct outputs
-        (identical outputs share one judgement). A group of identical outputs is not judged: it ranks nothing."""
+    async def score(self, task: Task, outputs: list[str], episodes: list | None = None) -> GroupResult:
+        """Checks for every output (with its episode from `episodes`, skill_rl/tools Episode, for the checks of an
+        episode); then, per judged dimension, one RULER call over the group's distinct outputs (identical outputs
+        share one judgement). A group of identical outputs is not judged: it ranks nothing."""
         start = time.perf_counter()
         with scoring(self.skill):
-            results = run_checks_group(self.fns, outputs, task)
+            results = run_checks_group(self.fns, outputs, task, episodes)
         self._tally(results)
         dims = self.judged_dimensions
         out = GroupResult([combine(self.skill, self.fns, r) for r in results])

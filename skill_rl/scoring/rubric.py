@@ -39,6 +39,7 @@ from typing import Callable, Mapping
 
 from skill_rl.scoring.checks import (
     DEFAULT_COVERS,
+    NO_EPISODE,
     CheckResult,
     is_estimate,
     run_checks,
@@ -113,6 +114,9 @@ def reference_problems(skill: Skill) -> list[str]:
     with_refs = [t for t in skill.tasks if t.reference is not None]
     for task in with_refs:
         for name, error in run_checks(fns, task.reference, task).errors.items():
+            # a check of an episode cannot run on a reference text alone: not a broken check
+            if error == NO_EPISODE:
+                continue
             first.setdefault(name, (task, error))
             counts[name] = counts.get(name, 0) + 1
     lines = []
@@ -235,11 +239,12 @@ def combine(
     )
 
 
-def score_offline(skill: Skill, task: Task, outputs: list[str]) -> list[Score]:
-    """Deterministic-only scores (the `--judge none` path, and the fallback when the judge fails)."""
+def score_offline(skill: Skill, task: Task, outputs: list[str], episodes: list | None = None) -> list[Score]:
+    """Deterministic-only scores (the `--judge none` path, and the fallback when the judge fails); `episodes`, each
+    output's episode (skill_rl/tools Episode) for the checks of an episode."""
     fns = skill_checks(skill)
     with scoring(skill):
-        return [combine(skill, fns, r) for r in run_checks_group(fns, outputs, task)]
+        return [combine(skill, fns, r) for r in run_checks_group(fns, outputs, task, episodes)]
 
 
 # ------------------------------------------------------------------ what a checks-only reward pays for

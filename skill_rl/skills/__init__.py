@@ -14,6 +14,8 @@ line and the field: `skills/git-commit/tasks.jsonl:7: field 'split' must be 'tra
     evals.py        evals/evals.json (skill-creator's test cases), as tasks when there is no tasks.jsonl
     usercode.py     checks.py and exploits.py, imported with a time limit
 
+tools.py and allowed-tools are read by skill_rl/tools (load_tools) when the skill has either.
+
 How a problem is said (`problem`, `show`, ...) is skill_rl/text.py's; reading and writing files, skill_rl/files.py's.
 """
 
@@ -36,8 +38,10 @@ from skill_rl.skills.skill import (
     read_only,
 )
 from skill_rl.skills.tasks import load_tasks, parse_task_line
-from skill_rl.skills.usercode import lint_checks, lint_exploits, load_user_code, marked_exploits
+from skill_rl.skills.usercode import lint_checks, lint_exploits, load_user_code, marked_exploits, takes_episode
 from skill_rl.text import display, problem
+from skill_rl.tools.declare import ToolProblem
+from skill_rl.tools.loader import load_tools
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -60,6 +64,7 @@ __all__ = [
     "shipped_skills_dir",
     "skill_dirs",
     "split_frontmatter",
+    "takes_episode",
 ]
 
 
@@ -90,6 +95,7 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
     # a task's `expect` is read with checks.py's Expect: not without it
     with_tasks = with_tasks and len(problems) == before
     exploits = load_user_code(folder, "exploits.py", lint_exploits, problems) if with_checks else None
+    tools = _tools(folder, fm, key_line.get("allowed-tools"), problems) if with_checks else ()
     tasks_file = folder / "tasks.jsonl"
     # skill-creator's test cases, as tasks
     if not tasks_file.exists() and (folder / EVALS).exists():
@@ -114,7 +120,22 @@ def load_skill(folder: Path, *, with_tasks: bool = True, with_checks: bool = Tru
         derive=derive,
         exploits=exploits,
         tasks_file=tasks_file,
+        allowed_tools=fm.allowed_tools,
+        tools=tools,
     )
+
+
+def _tools(folder: Path, fm, line: int | None, problems: list[str]) -> tuple:
+    """The skill's tools (skill_rl/tools), read only when it has a tools.py or allowed-tools: a skill without
+    either costs nothing more to load."""
+    allowed = fm.allowed_tools if fm else None
+    if not allowed and not (folder / "tools.py").exists():
+        return ()
+    try:
+        return tuple(load_tools(folder, allowed, line=line))
+    except ToolProblem as e:
+        problems.extend(e.problems)
+        return ()
 
 
 def shipped_skills_dir() -> Path:

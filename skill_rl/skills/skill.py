@@ -8,11 +8,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from skill_rl.files import MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from skill_rl.tools import Tool
 
 DIMENSIONS = ("format", "procedure", "correctness")
 
@@ -46,6 +49,8 @@ class Task(BaseModel):
     reference: str | None = None
     # statements the judge grades correctness against (evals.json's expectations)
     criteria: list[str] | None = None
+    # a folder beside tasks.jsonl that every rollout of the task acts in, as a fresh copy (docs/tools.md)
+    workspace: str | None = None
     # where it came from, for messages
     line: int = Field(0, exclude=True)
 
@@ -146,6 +151,13 @@ class Skill:
     exploits: ModuleType | None = None
     # where the tasks came from: tasks.jsonl, else evals/evals.json (skills/evals.py)
     tasks_file: Path | None = None
+    # SKILL.md's allowed-tools, and the tools it and tools.py give the policy (skill_rl/tools; empty: none)
+    allowed_tools: str | None = None
+    tools: tuple[Tool, ...] = ()
+
+    def workspace_of(self, task: Task) -> Path | None:
+        """The folder a task's rollouts act in (a fresh copy each: skill_rl/tools Workspace.fresh), if it names one."""
+        return self.path / task.workspace if task.workspace else None
 
     @property
     def tasks_path(self) -> Path:

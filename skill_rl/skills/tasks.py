@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from skill_rl.files import MAX_LINE_BYTES, json_object, jsonl_lines
 from skill_rl.skills.skill import Task, read_only
 from skill_rl.text import display, problem, pydantic_problems, show
+from skill_rl.tools.workspace import workspace_problem
 
 
 def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list[str]) -> Task | None:
@@ -26,6 +27,9 @@ def parse_task_line(path: Path, n: int, raw: bytes, expect_model, problems: list
         task = Task.model_validate({**obj, "line": n})
     except ValidationError as e:
         problems.extend(pydantic_problems(path, e, lambda loc: n))
+        return None
+    if task.workspace is not None and (why := workspace_problem(path.parent, task.workspace)):
+        problems.append(problem(path, n, f"field 'workspace': {why}"))
         return None
     if task.expect is None:
         return task

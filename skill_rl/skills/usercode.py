@@ -4,17 +4,13 @@ reported as one line naming the file and the line that was running.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import inspect
-import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from skill_rl.skills.skill import DIMENSIONS
-from skill_rl.text import brief, problem
-from skill_rl.watchdog import Timeout, Watchdog
+from skill_rl.text import problem
+from skill_rl.watchdog import import_user_file
 
 # a checks.py that takes longer to import is reported, not waited for
 IMPORT_SECONDS = 10.0
@@ -35,10 +31,29 @@ def _callable_problem(path: Path, what: str, name: str, fn, params: str, args: t
     return None
 
 
+def takes_episode(fn) -> bool:
+    """Whether a check takes the episode (its tool calls and workspace: skill_rl/tools) as a third parameter named
+    `episode`: `check(output, task, episode)`."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+        inspect.signature(fn).bind("", None, None)
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 3 and params[2].name == "episode"
+
+
 def lint_checks(path: Path, module: ModuleType) -> list[str]:
-    """A check that could never be called as `check(output, task)` is a problem of the skill, found at load."""
+    """A check that could never be called as `check(output, task)`, or `check(output, task, episode)` with a third
+    parameter named `episode`, is a problem of the skill, found at load."""
     found = (
-        _callable_problem(path, "check", name, fn, "output, task", ("", None))
+        _callable_problem(
+            path,
+            "check",
+            name,
+            fn,
+            "output, task) or (output, task, episode",
+            ("", None, None) if takes_episode(fn) else ("", None),
+        )
         for name, fn in vars(module).items()
         if getattr(fn, "dimension", None) in DIMENSIONS
     )
@@ -76,53 +91,6 @@ def lint_exploits(path: Path, module: ModuleType) -> list[str]:
     return out
 
 
-def _user_line(error: BaseException, path: Path) -> int | None:
-    """The line of `path` that was running when `error` was raised (the innermost frame in that file)."""
-    line, tb, target = None, error.__traceback__, os.path.abspath(path)
-    while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename) == target:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
 def load_user_code(folder: Path, file: str, lint, problems: list[str]) -> ModuleType | None:
-    """Import a skill's own Python file (checks.py, exploits.py): user code, so bounded in time, its prints sent
-    to stderr (stdout may be JSONL), whatever it raises, SystemExit included, reported as one line naming the
-    line it was running, and what `lint(path, module)` finds wrong with it reported the same way."""
-    path = folder / file
-    if not path.exists():
-        return None
-    name = f"skill_rl_{path.stem}_{folder.name.replace('-', '_')}"
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses and pydantic look their module up while it runs
-    sys.modules[name] = module
-    with Watchdog(IMPORT_SECONDS) as dog, contextlib.redirect_stdout(sys.stderr):
-        _, error = dog.call(spec.loader.exec_module, module)
-    if isinstance(error, SyntaxError):
-        problems.append(problem(path, error.lineno, f"{file} does not parse: {error.msg}"))
-    elif isinstance(error, Timeout):
-        problems.append(
-            problem(path, _user_line(error, path), f"{file} did not finish importing within {IMPORT_SECONDS:g} s")
-        )
-    elif isinstance(error, ModuleNotFoundError) and (error.name or "").startswith("skill_rl."):
-        problems.append(
-            problem(
-                path,
-                _user_line(error, path),
-                f"{file} imports {error.name}, which skill-rl no longer has: "
-                "import what it needs from the package itself (from skill_rl import check, exploit, Task)",
-            )
-        )
-    elif error is not None:
-        problems.append(problem(path, _user_line(error, path), f"{file} failed to import: {brief(error)}"))
-    else:
-        found = lint(path, module)
-        problems.extend(found)
-        if not found:
-            return module
-    del sys.modules[name]
-    return None
+    """Import a skill's checks.py or exploits.py (skill_rl/watchdog.py's `import_user_file`, IMPORT_SECONDS)."""
+    return import_user_file(folder, file, lint, problems, IMPORT_SECONDS)

@@ -1,0 +1,47 @@
+"""Tools a skill declares, the workspace a rollout acts in, and the sandbox each tool call runs in (docs/tools.md).
+
+    declare.py    @tool, Tool (name, description, parameters: the JSON schema; schema() for the OpenAI API)
+    allowed.py    SKILL.md's allowed-tools: Bash(<prefix>:*) as the `bash` tool, Read as the `read` tool
+    loader.py     load_tools(skill_dir, allowed_tools)
+    workspace.py  Workspace.fresh(source): a private copy per rollout; inside(workspace, path)
+    toolbox.py    Toolbox(tools, workspace).run(name, arguments) -> CallRecord; Episode (what an episode check gets)
+    sandbox.py    one call in a child process: scrubbed environment, time limit, output cap
+    child.py      the child: namespaces (user, network, mount, PID), resource limits, the call
+
+Nothing here imports ART or torch; names are loaded on first use, so a tool's child process (which imports `tool`
+through the user's tools.py) stays light.
+"""
+
+__all__ = [
+    "CallRecord",
+    "Episode",
+    "Outside",
+    "Tool",
+    "ToolProblem",
+    "Toolbox",
+    "Workspace",
+    "inside",
+    "load_tools",
+    "tool",
+]
+
+_WHERE = {
+    "CallRecord": "toolbox",
+    "Episode": "toolbox",
+    "Toolbox": "toolbox",
+    "Outside": "workspace",
+    "Workspace": "workspace",
+    "inside": "workspace",
+    "Tool": "declare",
+    "ToolProblem": "declare",
+    "tool": "declare",
+    "load_tools": "loader",
+}
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'skill_rl.tools' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"skill_rl.tools.{_WHERE[name]}"), name)
