@@ -87,11 +87,7 @@ class Policy:
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The prompt's tokens through the model's chat template; tools and tool messages as toolcalls.py renders them."""
-        messages, extra = toolcalls.rendered(messages, tools, getattr(self.tokenizer, "chat_template", None))
-        ids = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False, **extra
-        )
-        return list(ids)
+        return toolcalls.prompt_ids(self.tokenizer, messages, tools)
 
     def generate_many(
         self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int, adapter: bool, abandoned=None

@@ -202,3 +202,10 @@ def rendered(messages: list[dict], tools: list[dict] | None, template: str | Non
     if template_takes_tools(template):
         return for_template(messages), ({"tools": tools} if tools else {})
     return hermes_messages(messages, tools), {}
+
+
+def prompt_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    """A prompt's tokens through `tokenizer`'s chat template, tools and tool messages rendered as `rendered` says."""
+    messages, extra = rendered(messages, tools, getattr(tokenizer, "chat_template", None))
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False, **extra)
+    return list(ids)
