@@ -6,7 +6,8 @@ handed to the one client meant to use it (ART's, through the backend's `_prepare
 `--eval`, through the key file `python -m skill_rl.cpu` writes). What a caller sends is bounded before it
 is read: a body must announce its length (at most MAX_BODY bytes) and arrive within READ_TIMEOUT_S; a
 request that is not what the API takes is answered 400 with a JSON error (500 is kept for a failure of
-generation itself). Requests that arrive together are decoded as one batch by the training's batched
+generation itself). A request may carry `tools` and an episode's tool calls and results; the answer then
+returns the model's `<tool_call>` blocks as `tool_calls` (toolcalls.py). Requests that arrive together are decoded as one batch by the training's batched
 decoder (`Policy.generate_many`); a client that hangs up is dropped from its batch (its rows stop decoding)
 without a word on stderr.
 """

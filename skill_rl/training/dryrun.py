@@ -130,7 +130,9 @@ class DryRunBackend:
             # the KL anchor, as ART's train takes it
             "kl": {k: v for k, v in kwargs.items() if k.startswith("kl_")},
             # per trajectory: its completions, each trained as one
-            "turns": [[sum(isinstance(m, Choice) for m in t.messages_and_choices) for t in g.trajectories] for g in groups],
+            "turns": [
+                [sum(isinstance(m, Choice) for m in t.messages_and_choices) for t in g.trajectories] for g in groups
+            ],
             "tools": sorted({tool_name(x) for g in groups for t in g.trajectories for x in t.tools or ()}),
         }
         # first: a crash before the log line retrains it
