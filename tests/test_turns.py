@@ -150,6 +150,17 @@ def test_a_key_in_a_tool_result_never_reaches_the_policy_the_trajectory_or_the_r
     assert history.calls[0].result == "OPENAI_API_KEY=***\n"
 
 
+def test_a_tool_result_holding_an_unknown_secret_is_withheld_and_answered_as_an_error(workspace):
+    aws = "AKIA" + "Z3" * 8
+    (workspace.root / "deploy.sh").write_text(f"export AWS_ACCESS_KEY_ID={aws}\n")
+    with FakeOpenAI() as server:
+        server.policy_answers.extend([{"tool_calls": [call("read_file", {"path": "deploy.sh"})]}, "chore: deploy"])
+        history = episode(server, workspace)
+        sent = json.dumps(server.requests)
+    assert aws not in sent and aws not in repr(history.messages_and_choices) and aws not in repr(history.calls)
+    assert history.calls[0].error == "the result was withheld: it holds a key format" and history.calls[0].result == ""
+
+
 @pytest.mark.parametrize(
     "answer",
     [{"tool_calls": [call("read_file", {"path": KEY})]}, {"content": f"my key: {KEY}", "tool_calls": []}],

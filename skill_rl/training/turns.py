@@ -5,7 +5,8 @@ Nothing here imports ART (the fast tier drives an episode over real HTTP with a 
 wraps the result in an `art.Trajectory`. The policy is untrusted: a call it names that is not among the tools, or
 whose arguments are not a JSON object, is not run; it is answered with an error tool message and the episode goes
 on. What a tool returns is untrusted too: every known key in it is masked (keys.redact) before the policy, the
-trajectory or the episode's record sees it. A policy answer that quotes a key, in its text or in a call's
+trajectory or the episode's record sees it, and a result that holds what looks like any other secret (keys.secret_in:
+a key format, a secret-named assignment, a random-looking token) is withheld, answered as an error. A policy answer that quotes a key, in its text or in a call's
 arguments, drops the rollout (EchoedKey), as a single-turn answer does.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
 from skill_rl.endpoints import whole
-from skill_rl.keys import EchoedKey, redact
+from skill_rl.keys import EchoedKey, redact, secret_in
 
 
 class CallRecordLike(Protocol):
@@ -141,13 +142,12 @@ async def run_one(name: str, arguments: str, names: set[str], run_call: RunCall,
     if problem:
         return Call(name=name, arguments=arguments, error=problem)
     record = await asyncio.to_thread(run_call, name, arguments)
-    return Call(
-        name=name,
-        arguments=arguments,
-        result=redact(record.result or ""),
-        error=redact(record.error) if record.error else None,
-        seconds=float(getattr(record, "seconds", 0.0) or 0.0),
-    )
+    result, error = redact(record.result or ""), redact(record.error) if record.error else None
+    seconds = float(getattr(record, "seconds", 0.0) or 0.0)
+    found = secret_in(result) or (secret_in(error) if error else None)
+    if found:
+        return Call(name, arguments, error=f"the result was withheld: it holds {found}", seconds=seconds)
+    return Call(name, arguments, result, error, seconds)
 
 
 def tool_message(call_id: str, call: Call) -> dict:
