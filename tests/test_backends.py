@@ -9,7 +9,6 @@ import stat
 import sys
 from importlib.util import find_spec
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 from conftest import small_git_commit
@@ -24,13 +23,6 @@ from train_skill import main, parse_args
 # ART (and so torch) is imported inside the tests that use it, never while collecting: see conftest.py
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class Result(NamedTuple):
-    name: str
-    arguments: str
-    result: str
-    error: str | None = None
 
 
 GPU_HERE = Path("/proc/driver/nvidia").exists()
@@ -268,6 +260,7 @@ def test_the_dry_run_trains_tool_episodes_each_choice_a_completion_and_refuses_b
 
     from skill_rl.training.dryrun import DryRunBackend
     from skill_rl.training.rollout import tool_rollout
+    from skill_rl.training.turns import Call
 
     monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
     skill = load_skill(small_git_commit(tmp_path, 2, 1) / "git-commit")
@@ -284,7 +277,7 @@ def test_the_dry_run_trains_tool_episodes_each_choice_a_completion_and_refuses_b
                 skill,
                 skill.tasks[0],
                 TOOLS,
-                lambda name, arguments: Result(name, arguments, "fix: x"),
+                lambda name, arguments: Call(name, arguments, "fix: x"),
                 temperature=1.0,
                 max_tokens=32,
                 max_turns=4,

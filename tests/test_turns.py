@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,29 +31,20 @@ TOOLS = [
 KEY = "sk-proj-" + "Q7" * 16
 
 
-@dataclass
-class Record:
-    name: str
-    arguments: str
-    result: str
-    error: str | None = None
-    seconds: float = 0.0
-
-
 class Workspace:
     """run_call over a real folder: the two tools above, and every call it was asked to run."""
 
     def __init__(self, root: Path):
         self.root, self.ran = root, []
 
-    def run_call(self, name: str, arguments: str) -> Record:
+    def run_call(self, name: str, arguments: str) -> turns.Call:
         self.ran.append((name, arguments))
         if name == "list_files":
-            return Record(name, arguments, "\n".join(sorted(p.name for p in self.root.iterdir())))
+            return turns.Call(name, arguments, "\n".join(sorted(p.name for p in self.root.iterdir())))
         path = self.root / json.loads(arguments)["path"]
         if not path.is_file():
-            return Record(name, arguments, "", error=f"no file {path.name}")
-        return Record(name, arguments, path.read_text())
+            return turns.Call(name, arguments, error=f"no file {path.name}")
+        return turns.Call(name, arguments, path.read_text())
 
 
 def call(name: str, arguments) -> dict:
@@ -139,26 +129,27 @@ def test_a_malformed_call_is_answered_with_an_error_and_the_episode_goes_on(work
     assert (history.turns, history.ran_out, history.last.message.content) == (2, False, "fix: done")
 
 
-def test_a_key_in_a_tool_result_never_reaches_the_policy_the_trajectory_or_the_record(workspace, monkeypatch):
-    monkeypatch.setattr(keys, "_known", (KEY,))
-    (workspace.root / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
+def read_back(workspace: Workspace, file: str, text: str, secret: str) -> turns.Call:
+    """An episode that reads `file` (holding `text`) and answers; asserts `secret` reached neither the server, the
+    trajectory nor the record, and returns the call's record."""
+    (workspace.root / file).write_text(text)
     with FakeOpenAI() as server:
-        server.policy_answers.extend([{"tool_calls": [call("read_file", {"path": ".env"})]}, "chore: nothing to do"])
+        server.policy_answers.extend([{"tool_calls": [call("read_file", {"path": file})]}, "chore: done"])
         history = episode(server, workspace)
         sent = json.dumps(server.requests)
-    assert KEY not in sent and KEY not in repr(history.messages_and_choices) and KEY not in repr(history.calls)
-    assert history.calls[0].result == "OPENAI_API_KEY=***\n"
+    assert secret not in sent and secret not in repr(history.messages_and_choices) and secret not in repr(history.calls)
+    return history.calls[0]
+
+
+def test_a_key_in_a_tool_result_never_reaches_the_policy_the_trajectory_or_the_record(workspace, monkeypatch):
+    monkeypatch.setattr(keys, "_known", (KEY,))
+    assert read_back(workspace, ".env", f"OPENAI_API_KEY={KEY}\n", KEY).result == "OPENAI_API_KEY=***\n"
 
 
 def test_a_tool_result_holding_an_unknown_secret_is_withheld_and_answered_as_an_error(workspace):
     aws = "AKIA" + "Z3" * 8
-    (workspace.root / "deploy.sh").write_text(f"export AWS_ACCESS_KEY_ID={aws}\n")
-    with FakeOpenAI() as server:
-        server.policy_answers.extend([{"tool_calls": [call("read_file", {"path": "deploy.sh"})]}, "chore: deploy"])
-        history = episode(server, workspace)
-        sent = json.dumps(server.requests)
-    assert aws not in sent and aws not in repr(history.messages_and_choices) and aws not in repr(history.calls)
-    assert history.calls[0].error == "the result was withheld: it holds a key format" and history.calls[0].result == ""
+    record = read_back(workspace, "deploy.sh", f"export AWS_ACCESS_KEY_ID={aws}\n", aws)
+    assert (record.error, record.result) == ("the result was withheld: it holds a key format", "")
 
 
 @pytest.mark.parametrize(
