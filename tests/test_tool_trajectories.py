@@ -136,3 +136,27 @@ def test_a_tool_episode_on_the_cpu_server_trains_only_the_policys_tokens_through
         # the tools, the task and the tool's result are in the sequence, untrained
         assert "<tools>" in text and "staged: app.py" in text and f"<tool_response>\n{RESULT}" in text
         assert result.advantage != 0
+
+
+def test_the_real_policy_answers_an_episodes_request_with_tools():
+    import http.client
+
+    from test_cpu_toolcalls import EPISODE
+
+    from skill_rl.cpu.server import Server
+
+    server = Server(cpu.Policy(cpu.TINY_MODEL), {"policy": True}, window_s=0.0)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.http.server_address[1], timeout=300)
+        body = {"model": "policy", "messages": EPISODE, "tools": TOOLS, "max_tokens": 8, "temperature": 0}
+        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=headers)
+        reply = conn.getresponse()
+        status, payload = reply.status, json.loads(reply.read())
+    finally:
+        server.close()
+    assert status == 200, payload
+    prompt = server.policy.tokenizer.decode(payload["prompt_token_ids"])
+    assert "<tools>" in prompt and "<tool_response>" in prompt and '"arguments": {"n": 2}' in prompt
+    choice = payload["choices"][0]
+    assert len(choice["token_ids"]) == len(choice["logprobs"]["content"]) <= 8
