@@ -8,15 +8,18 @@ Needs the [cpu] extra and the tiny model (README, "Quick start"); loads ART and 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 from collections import deque
 
 import pytest
 from conftest import skill_folder
-from test_cpu_toolcalls import TOOLS
+from test_cpu_toolcalls import EPISODE, TOOLS
 
 from skill_rl import cpu
+from skill_rl.cpu import toolcalls
 from skill_rl.cpu.policy import Sample
+from skill_rl.cpu.server import Server
 from skill_rl.training.turns import Call
 
 pytestmark = [
@@ -55,8 +58,6 @@ class Scripted:
         self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def prompt_ids(self, messages, tools=None):
-        from skill_rl.cpu import toolcalls
-
         return toolcalls.prompt_ids(self.tokenizer, messages, tools)
 
     def generate_many(self, prompts, temperature, max_tokens, adapter, abandoned=None):
@@ -78,7 +79,6 @@ def tokenizer():
 def episode(tokenizer, tmp_path, reward: float):
     import art
 
-    from skill_rl.cpu.server import Server
     from skill_rl.skills import load_skill
     from skill_rl.training.rollout import tool_rollout
 
@@ -139,12 +139,6 @@ def test_a_tool_episode_on_the_cpu_server_trains_only_the_policys_tokens_through
 
 
 def test_the_real_policy_answers_an_episodes_request_with_tools():
-    import http.client
-
-    from test_cpu_toolcalls import EPISODE
-
-    from skill_rl.cpu.server import Server
-
     server = Server(cpu.Policy(cpu.TINY_MODEL), {"policy": True}, window_s=0.0)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.http.server_address[1], timeout=300)
