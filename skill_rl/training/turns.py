@@ -5,9 +5,10 @@ Nothing here imports ART (the fast tier drives an episode over real HTTP with a 
 wraps the result in an `art.Trajectory`. The policy is untrusted: a call it names that is not among the tools, or
 whose arguments are not a JSON object, is not run; it is answered with an error tool message and the episode goes
 on. What a tool returns is untrusted too: every known key in it is masked (keys.redact) before the policy, the
-trajectory or the episode's record sees it, and a result that holds what looks like any other secret (keys.secret_in:
-a key format, a secret-named assignment, a random-looking token) is withheld, answered as an error. A policy answer that quotes a key, in its text or in a call's
-arguments, drops the rollout (EchoedKey), as a single-turn answer does.
+trajectory or the episode's record sees it, and a result that holds what looks like any other secret
+(keys.secret_in: a key format, a secret-named assignment, a random-looking token) is withheld, answered as an
+error. A policy answer that quotes a key, in its text or in a call's arguments, drops the rollout (EchoedKey), as a
+single-turn answer does.
 """
 
 from __future__ import annotations
