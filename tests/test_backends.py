@@ -257,6 +257,7 @@ def test_the_dry_run_trains_tool_episodes_each_choice_a_completion_and_refuses_b
     tmp_path, server, monkeypatch
 ):
     import art
+    import pyarrow.parquet as pq
 
     from skill_rl.training.dryrun import DryRunBackend
     from skill_rl.training.rollout import tool_rollout
@@ -287,6 +288,8 @@ def test_the_dry_run_trains_tool_episodes_each_choice_a_completion_and_refuses_b
         good = [await episode(), await episode()]
         good[1].reward = 1.0
         assert (await backend.train(model, [art.TrajectoryGroup(good)])).step == 1
+        # what the run keeps under .art/ (ART's parquet): the tools, the calls and their results
+        await model.log([art.TrajectoryGroup(good)], split="train")
         # an answer to no call; calls in a trajectory without its tools
         stray = good[0].model_copy(deep=True)
         stray.messages_and_choices[3] = {**stray.messages_and_choices[3], "tool_call_id": "call_x"}
@@ -295,8 +298,14 @@ def test_the_dry_run_trains_tool_episodes_each_choice_a_completion_and_refuses_b
         for broken, said in ((stray, "answers 'call_x', no call"), (bare, "carries no tools")):
             with pytest.raises(ValueError, match=said):
                 await backend.train(model, [art.TrajectoryGroup([broken, good[1]])])
+        return pq.read_table(Path(model._get_output_dir()) / "trajectories/train/0001.parquet").to_pylist()[1]
 
-    asyncio.run(go())
+    logged = asyncio.run(go())
+    assert json.loads(logged["tools"]) == TOOLS
+    roles = [(m["role"], m["tool_call_id"] is not None, m["trainable"]) for m in logged["messages"][2:]]
+    assert roles == [("assistant", False, True), ("tool", True, False)] * 2 + [("assistant", False, True)]
+    assert json.loads(logged["messages"][2]["tool_calls"])[0]["function"]["name"] == "git_log"
+    assert logged["messages"][3]["content"] == "fix: x"
     record = [json.loads(line) for line in (tmp_path / "p/models/tools/dryrun.jsonl").read_text().splitlines()]
     assert [(r["step"], r["turns"], r["tools"]) for r in record] == [(1, [[2, 3]], ["git_log"])]
 
