@@ -74,7 +74,8 @@ def asker(client, model: str, *, temperature: float, max_tokens: int, timeout: f
         request = client.chat.completions.create(
             model=model,
             messages=messages,
-            tools=tools,
+            # an empty list is refused by some servers: none is sent without tools
+            **({"tools": tools} if tools else {}),
             temperature=temperature,
             max_tokens=max_tokens,
             logprobs=True,
