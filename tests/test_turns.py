@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from openai import AsyncOpenAI
@@ -13,6 +14,7 @@ from openai_server import FakeOpenAI
 
 from skill_rl import keys
 from skill_rl.training import turns
+from skill_rl.training.trajectories import output_of
 
 TOOLS = [
     {
@@ -100,13 +102,16 @@ def test_an_episode_runs_each_call_answers_it_and_asks_again_until_a_final_answe
 
 
 def test_max_turns_ends_an_episode_that_keeps_calling_and_says_it_ran_out(workspace):
-    with FakeOpenAI(policy_fn=lambda request: {"tool_calls": [call("list_files", {})]}) as server:
+    looking = {"content": "still looking", "tool_calls": [call("list_files", {})]}
+    with FakeOpenAI(policy_fn=lambda request: looking) as server:
         history = episode(server, workspace, max_turns=2)
         asked = len(server.requests)
     assert (history.turns, history.ran_out, asked) == (2, True, 2)
     # the last answer's call was run: the policy acted, and the episode's record says so
     assert len(history.calls) == len(workspace.ran) == 2
     assert history.last is history.messages_and_choices[-2]
+    # the episode's output is the policy's last answer, never the tool result after it
+    assert output_of(SimpleNamespace(messages_and_choices=history.messages_and_choices)) == "still looking"
 
 
 @pytest.mark.parametrize(
