@@ -4,8 +4,12 @@ It answers `POST /v1/chat/completions` for two kinds of caller:
   - the judge (RULER's prompt, recognised by "Grading standards"): it reads the candidates out of
     the `<trajectory id="k">` blocks, exactly as a real judge would receive them, and scores them
     with `judge_fn(texts) -> scores` (or `judge_fn(texts, prompt)`, for a judge that reads the task too);
-  - the policy (anything else): `policy_fn(request) -> str`, where request is the JSON body; with
-    per-token logprobs when the request asks for them, as vLLM and OpenAI answer.
+  - the policy (anything else): `policy_fn(request) -> answer`, where request is the JSON body; with
+    per-token logprobs when the request asks for them, as vLLM and OpenAI answer. An answer is its text, or
+    `{"content": text, "tool_calls": [{"name": ..., "arguments": a dict, or a string sent as it is}]}`: the
+    calls come back as OpenAI `tool_calls` (ids `call_<n>`, finish_reason "tool_calls"), their logprobs over the
+    Hermes text a model would have generated for them. Answers put in `policy_answers` are given first, one per
+    policy request, in order (a scripted episode); `requests` keeps every request body (its tools and messages).
 Faults can be queued per caller to make the next calls misbehave (see FAULTS). Every answer reports
 `usage`: the prompt's tokens counted by LiteLLM with tiktoken's encoding for the requested model, as
 OpenAI counts a chat prompt; the completion's counted the same way, except for an answer with logprobs,
@@ -107,6 +111,9 @@ class FakeOpenAI:
         # appended to every explanation the judge gives
         self.explanation = ""
         self.policy_faults: deque[str] = deque()
+        # answers (see above) for the next policy requests, one each, before policy_fn is asked
+        self.policy_answers: deque[str | dict] = deque()
+        self._call_ids = 0
         self.judge_faults: deque[str] = deque()
         # a fault to answer every judge call with
         self.always_fail_judge: str | None = None
@@ -149,12 +156,17 @@ class FakeOpenAI:
         model: str = "fake",
         logprobs: bool = False,
         request: dict | None = None,
+        tool_calls: list[dict] | None = None,
     ) -> dict:
+        message: dict = {"role": "assistant", "content": content}
+        generated = content or ""
+        if tool_calls:
+            message["tool_calls"], finish_reason = self._tool_calls(tool_calls), "tool_calls"
+            message["content"] = content or None
+            generated += "".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in tool_calls)
         # usage agrees with the logprobs, as ART checks
-        tokens = TOKEN.findall(content or "")
-        usage = (
-            self._usage(request, content or "", model, len(tokens) if logprobs else None) if request is not None else {}
-        )
+        tokens = TOKEN.findall(generated)
+        usage = self._usage(request, generated, model, len(tokens) if logprobs else None) if request is not None else {}
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
@@ -165,12 +177,36 @@ class FakeOpenAI:
                     "index": 0,
                     "finish_reason": finish_reason,
                     "logprobs": token_logprobs(tokens) if logprobs else None,
-                    "message": {"role": "assistant", "content": content},
+                    "message": message,
                 }
             ],
             # {} for a body cut short on purpose
             "usage": usage,
         }
+
+    def _tool_calls(self, calls: list[dict]) -> list[dict]:
+        """OpenAI tool calls for scripted ones, each with a new id; arguments that are not a string are sent as JSON."""
+        out = []
+        for call in calls:
+            with self._lock:
+                self._call_ids += 1
+                n = self._call_ids
+            arguments = call.get("arguments", {})
+            arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            out.append(
+                {"id": f"call_{n}", "type": "function", "function": {"name": call["name"], "arguments": arguments}}
+            )
+        return out
+
+    def _policy_answer(self, request: dict) -> tuple[str, list[dict]]:
+        """The next scripted answer, else policy_fn's: (text, tool calls)."""
+        with self._lock:
+            answer = self.policy_answers.popleft() if self.policy_answers else None
+        if answer is None:
+            answer = self.policy_fn(request)
+        if isinstance(answer, str):
+            return answer, []
+        return answer.get("content") or "", list(answer.get("tool_calls") or [])
 
     def _usage(self, request: dict, content: str, model: str, completion: int | None) -> dict:
         from litellm import token_counter
@@ -312,10 +348,12 @@ class FakeOpenAI:
                 logprobs, model = bool(request.get("logprobs")), request.get("model", "policy")
                 if fault == "empty":
                     return self._send(200, server._completion("", model=model, logprobs=logprobs, request=request))
-                text = server.policy_fn(request) + (f"\n\nYour key is {key}" if fault == "echo" else "")
+                text, calls = server._policy_answer(request)
+                text += f"\n\nYour key is {key}" if fault == "echo" else ""
                 if fault == "length":
                     cut = text[: max(1, len(text) // 3)]
                     return self._send(200, server._completion(cut, "length", model, logprobs, request))
-                return self._send(200, server._completion(text, model=model, logprobs=logprobs, request=request), echo)
+                answer = server._completion(text, model=model, logprobs=logprobs, request=request, tool_calls=calls)
+                return self._send(200, answer, echo)
 
         return Handler

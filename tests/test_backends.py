@@ -3,6 +3,7 @@ its renderer lookup, model lists, config types and checkpoint rule; the strict d
 real HTTP to the local test server. No GPU, no network, no paid service."""
 
 import asyncio
+import json
 import os
 import stat
 import sys
@@ -22,6 +23,8 @@ from train_skill import main, parse_args
 # ART (and so torch) is imported inside the tests that use it, never while collecting: see conftest.py
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
+
+
 GPU_HERE = Path("/proc/driver/nvidia").exists()
 
 
@@ -245,6 +248,66 @@ def test_the_dry_run_trains_only_completions_that_carry_logprobs(tmp_path, serve
         assert [r["model"] for r in server.requests] == ["skill-x@0"] * 4 + ["skill-x@1"] * 2
 
     asyncio.run(go())
+
+
+TOOLS = [{"type": "function", "function": {"name": "git_log", "parameters": {"type": "object"}}}]
+
+
+def test_the_dry_run_trains_tool_episodes_each_choice_a_completion_and_refuses_broken_ones(
+    tmp_path, server, monkeypatch
+):
+    import art
+    import pyarrow.parquet as pq
+
+    from skill_rl.training.dryrun import DryRunBackend
+    from skill_rl.training.rollout import tool_rollout
+    from skill_rl.training.turns import Call
+
+    monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+    skill = load_skill(small_git_commit(tmp_path, 2, 1) / "git-commit")
+    call = {"tool_calls": [{"name": "git_log", "arguments": {}}]}
+    server.policy_answers.extend([call, "fix: a", call, call, "fix: b"])
+
+    async def go():
+        backend, model = DryRunBackend(), dry_model(tmp_path, "tools")
+        await model.register(backend)
+
+        async def episode():
+            traj, _ = await tool_rollout(
+                model,
+                skill,
+                skill.tasks[0],
+                TOOLS,
+                lambda name, arguments: Call(name, arguments, "fix: x"),
+                temperature=1.0,
+                max_tokens=32,
+                max_turns=4,
+            )
+            return traj
+
+        good = [await episode(), await episode()]
+        good[1].reward = 1.0
+        assert (await backend.train(model, [art.TrajectoryGroup(good)])).step == 1
+        # what the run keeps under .art/ (ART's parquet): the tools, the calls and their results
+        await model.log([art.TrajectoryGroup(good)], split="train")
+        # an answer to no call; calls in a trajectory without its tools
+        stray = good[0].model_copy(deep=True)
+        stray.messages_and_choices[3] = {**stray.messages_and_choices[3], "tool_call_id": "call_x"}
+        bare = good[1].model_copy(deep=True)
+        bare.tools = None
+        for broken, said in ((stray, "answers 'call_x', no call"), (bare, "carries no tools")):
+            with pytest.raises(ValueError, match=said):
+                await backend.train(model, [art.TrajectoryGroup([broken, good[1]])])
+        return pq.read_table(Path(model._get_output_dir()) / "trajectories/train/0001.parquet").to_pylist()[1]
+
+    logged = asyncio.run(go())
+    assert json.loads(logged["tools"]) == TOOLS
+    roles = [(m["role"], m["tool_call_id"] is not None, m["trainable"]) for m in logged["messages"][2:]]
+    assert roles == [("assistant", False, True), ("tool", True, False)] * 2 + [("assistant", False, True)]
+    assert json.loads(logged["messages"][2]["tool_calls"])[0]["function"]["name"] == "git_log"
+    assert logged["messages"][3]["content"] == "fix: x"
+    record = [json.loads(line) for line in (tmp_path / "p/models/tools/dryrun.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["turns"], r["tools"]) for r in record] == [(1, [[2, 3]], ["git_log"])]
 
 
 def test_the_dry_run_cannot_be_used_after_close(tmp_path):

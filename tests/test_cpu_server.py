@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from skill_rl.cpu import server as served
+from skill_rl.cpu import toolcalls
 from skill_rl.cpu.policy import Sample
 from skill_rl.cpu.presets import GEN_BATCH
 
@@ -38,7 +39,9 @@ class Decoder:
         self.hold.set()
         self.steps: list[int] = []
 
-    def prompt_ids(self, messages) -> list[int]:
+    def prompt_ids(self, messages, tools=None) -> list[int]:
+        # a template that takes no tools, as SmolLM2's
+        messages, _ = toolcalls.rendered(messages, tools, None)
         return [ord(c) for m in messages for c in m["content"]]
 
     def generate_many(self, prompts, temperature, max_tokens, adapter, abandoned=None) -> list[Sample]:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from skill_rl.cpu import toolcalls
 from skill_rl.cpu.presets import LORA
 from skill_rl.cpu.weights import checkpoint_problem, load_base, locate, precision, release_memory, threads
 from skill_rl.errors import Exit
@@ -84,9 +85,9 @@ class Policy:
         self.stop_ids = {i for i in (self.tokenizer.eos_token_id, end) if i is not None}
         self.max_positions = getattr(base.config, "max_position_embeddings", None) or 2048
 
-    def prompt_ids(self, messages: list[dict]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        return list(ids)
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The prompt's tokens through the model's chat template; tools and tool messages as toolcalls.py renders them."""
+        return toolcalls.prompt_ids(self.tokenizer, messages, tools)
 
     def generate_many(
         self, prompts: list[tuple[list[int], int]], temperature: float, max_tokens: int, adapter: bool, abandoned=None

@@ -6,7 +6,8 @@ handed to the one client meant to use it (ART's, through the backend's `_prepare
 `--eval`, through the key file `python -m skill_rl.cpu` writes). What a caller sends is bounded before it
 is read: a body must announce its length (at most MAX_BODY bytes) and arrive within READ_TIMEOUT_S; a
 request that is not what the API takes is answered 400 with a JSON error (500 is kept for a failure of
-generation itself). Requests that arrive together are decoded as one batch by the training's batched
+generation itself). A request may carry `tools` and an episode's tool calls and results; the answer then
+returns the model's `<tool_call>` blocks as `tool_calls` (toolcalls.py). Requests that arrive together are decoded as one batch by the training's batched
 decoder (`Policy.generate_many`); a client that hangs up is dropped from its batch (its rows stop decoding)
 without a word on stderr.
 """
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+from skill_rl.cpu import toolcalls
 from skill_rl.cpu.policy import Policy, Sample
 from skill_rl.cpu.presets import BATCH_WINDOW_S, GEN_BATCH
 
@@ -125,18 +127,13 @@ class Server:
 
     def complete(self, body: dict, gone: Callable[[], bool] = lambda: False) -> dict:
         """A chat completion for a request body, or BadRequest with what is wrong in it."""
-        name, messages = body.get("model"), body.get("messages")
+        name = body.get("model")
         if not isinstance(name, str) or name not in self.names:
             raise BadRequest(404, f"model {name!r} is not served here; these are: {', '.join(self.names)}")
-        if (
-            not isinstance(messages, list)
-            or not messages
-            or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
-            )
-        ):
-            raise BadRequest(400, "messages must be a non-empty list of {role, content} with string contents")
+        try:
+            messages, tools = toolcalls.read_request(body.get("messages"), body.get("tools"))
+        except ValueError as e:
+            raise BadRequest(400, str(e)) from None
         n = _setting(body, ("n",), 1, lambda v: type(v) is int and 1 <= v <= 64, "1 to 64")
         max_tokens = _setting(
             body,
@@ -149,7 +146,7 @@ class Server:
             body, ("temperature",), 1.0, lambda v: type(v) in (int, float) and 0 <= v <= 10, "a number from 0 to 10"
         )
         try:
-            prompt = self.policy.prompt_ids(messages)
+            prompt = self.policy.prompt_ids(messages, tools)
         except Exception as e:  # noqa: BLE001  the chat template refused these messages (a role it does not take)
             raise BadRequest(
                 400, f"the model's chat template cannot render these messages ({type(e).__name__}: {str(e)[:200]})"
@@ -163,25 +160,29 @@ class Server:
         jobs = [_Job(prompt, float(temperature), max_tokens, self.names[name], gone) for _ in range(n)]
         for job in jobs:
             self.jobs.put(job)
-        return self._response(name, prompt, [job.done.result() for job in jobs])
+        return self._response(name, prompt, [job.done.result() for job in jobs], tools is not None)
 
-    def _response(self, name: str, prompt: list[int], samples: list[Sample]) -> dict:
-        decode = self.policy.tokenizer.decode
-        choices = [
-            {
-                "index": i,
-                "finish_reason": "stop" if s.finished else "length",
-                "message": {"role": "assistant", "content": decode(s.token_ids, skip_special_tokens=True)},
-                "token_ids": s.token_ids,
-                "logprobs": {
-                    "content": [
-                        {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                        for t, lp in zip(s.token_ids, s.logprobs)
-                    ]
-                },
-            }
-            for i, s in enumerate(samples)
-        ]
+    def _choice(self, index: int, sample: Sample, tools: bool) -> dict:
+        """One sample as an OpenAI choice, with its token ids and logprobs; with tools, its `<tool_call>` blocks as
+        tool_calls (finish_reason "tool_calls" when it ended by itself)."""
+        text = self.policy.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+        content, calls = toolcalls.parse_answer(text) if tools else (text, [])
+        message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
+        return {
+            "index": index,
+            "finish_reason": ("tool_calls" if calls else "stop") if sample.finished else "length",
+            "message": message,
+            "token_ids": sample.token_ids,
+            "logprobs": {
+                "content": [
+                    {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                    for t, lp in zip(sample.token_ids, sample.logprobs)
+                ]
+            },
+        }
+
+    def _response(self, name: str, prompt: list[int], samples: list[Sample], tools: bool = False) -> dict:
+        choices = [self._choice(i, s, tools) for i, s in enumerate(samples)]
         used = sum(len(s.token_ids) for s in samples)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",

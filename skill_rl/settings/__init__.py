@@ -189,6 +189,12 @@ class Settings:
     max_tokens: int | None = TRAIN(
         help="completion length limit (default 1024; cpu 48)", type=flags.count(), preset=1024
     )
+    max_turns: int = TRAIN(
+        6,
+        "policy calls per episode of a skill with tools: the episode ends at a final answer or after this many "
+        "(default 6; docs/tool-rollouts.md)",
+        type=flags.count(),
+    )
     max_exceptions: float = TRAIN(
         0.1,
         "rollouts that may fail per step: a fraction below 1, or a count (default 0.1)",

@@ -15,6 +15,11 @@ It is as strict as ART 0.5.23's real backends wherever a test can see the differ
 - `train` refuses trajectories whose completions carry no logprobs: ART's tokenizer drops such a
   completion (art/preprocessing/tokenize.py:694-702), so the step would train on nothing and ART
   would skip it with a printed note; `allow_training_without_logprobs=True` accepts them, as in ART;
+- an episode with tools is taken as ART's tokenizer takes it: each Choice is one trained completion (its tokens and
+  logprobs), the messages between them (tool results, the prompt) are context and train nothing; `train` refuses a
+  trajectory whose tool messages do not answer the calls of the Choice before them, or that carries calls without
+  its `tools` (a history no chat template renders as it was served, and RULER would judge without the tools); the
+  step's record holds each trajectory's Choices (`turns`) and the tools offered;
 - after `close()` any use of the backend raises: a closed ServerlessBackend's HTTP client fails, and a
   closed LocalBackend would start a new model service.
 """
@@ -109,6 +114,9 @@ class DryRunBackend:
                 f"DryRunBackend.train: {missing} of {sum(len(g.trajectories) for g in groups)} trajectories "
                 "have a completion without logprobs, which ART's tokenizer drops: request logprobs=True"
             )
+        problem = next((p for g in groups for t in g.trajectories if (p := tool_problem(t))), None)
+        if problem:
+            raise ValueError(f"DryRunBackend.train: {problem}")
         step = self._step(model) + 1
         rewards = [t.reward for g in groups for t in g.trajectories]
         record = {
@@ -121,6 +129,11 @@ class DryRunBackend:
             "system": [g.trajectories[0].messages_and_choices[0]["content"] for g in groups[:1] if g.trajectories],
             # the KL anchor, as ART's train takes it
             "kl": {k: v for k, v in kwargs.items() if k.startswith("kl_")},
+            # per trajectory: its completions, each trained as one
+            "turns": [
+                [sum(isinstance(m, Choice) for m in t.messages_and_choices) for t in g.trajectories] for g in groups
+            ],
+            "tools": sorted({tool_name(x) for g in groups for t in g.trajectories for x in t.tools or ()}),
         }
         # first: a crash before the log line retrains it
         self._checkpoint(model, step).mkdir(parents=True, exist_ok=True)
@@ -174,3 +187,36 @@ def without_logprobs(groups) -> int:
             choices = [m for m in traj.messages_and_choices if isinstance(m, Choice)]
             missing += not choices or any(c.logprobs is None for c in choices)
     return missing
+
+
+def tool_name(tool) -> str:
+    return (tool.get("function") or {}).get("name", "") if isinstance(tool, dict) else ""
+
+
+def _calls(item) -> list[str]:
+    """The ids of the tool calls an assistant turn (a Choice, or a message dict) makes."""
+    message = getattr(item, "message", None)
+    calls = message.tool_calls if message is not None else item.get("tool_calls")
+    return [c.id if not isinstance(c, dict) else c.get("id") for c in calls or ()]
+
+
+def tool_problem(traj) -> str | None:
+    """What no chat template would render as served in an episode with tools: a tool message that answers no call
+    of the assistant turn before it, a call left unanswered, calls in a trajectory without its `tools`; or None."""
+    open_calls: list[str] = []
+    called = False
+    for item in traj.messages_and_choices:
+        role = item.get("role") if isinstance(item, dict) else "assistant"
+        if role == "tool":
+            if item.get("tool_call_id") not in open_calls:
+                return f"a tool message answers {item.get('tool_call_id')!r}, no call of the assistant turn before it"
+            open_calls.remove(item["tool_call_id"])
+            continue
+        if open_calls:
+            return f"tool calls {open_calls} are not answered before the next {role} message"
+        if role == "assistant":
+            open_calls = _calls(item)
+            called = called or bool(open_calls)
+    if called and not traj.tools:
+        return "a trajectory makes tool calls but carries no tools (set Trajectory.tools)"
+    return None

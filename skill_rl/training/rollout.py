@@ -1,5 +1,6 @@
 """One rollout: SKILL.md as the system message (or, in an --internalize run, what the schedule puts in its
-place: prompts.py), the task as the user message, one completion.
+place: prompts.py), the task as the user message, one completion. A skill with tools gets an episode instead
+(`tool_rollout`): the policy is asked with the tools until it answers without a call or --max-turns (turns.py).
 
 Scoring is not done here: the training loop scores each finished group in `after_each`, so the
 judge overlaps the other groups' rollouts.
@@ -14,10 +15,13 @@ from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
 from skill_rl.scoring.reward import GroupResult, Scorer
 from skill_rl.skills import Skill, Task
+from skill_rl.training import turns
 from skill_rl.training.trajectories import output_of
 
 # Set up front on every trajectory; dimensions and checks are added when scored (see Score.metrics).
 STEP_KEYS = ("judged", "judge_failed", "judge_duplicate", "judge_skipped", "truncated")
+# ... and on an episode with tools: policy calls, whether --max-turns ended it, tool calls, calls answered with an error
+TOOL_KEYS = ("turns", "ran_out", "tool_calls", "tool_errors")
 
 
 async def rollout(
@@ -67,6 +71,50 @@ async def rollout(
     return traj
 
 
+async def tool_rollout(
+    model: art.Model,
+    skill: Skill,
+    task: Task,
+    tools: list[dict],
+    run_call: turns.RunCall,
+    *,
+    temperature: float,
+    max_tokens: int,
+    max_turns: int,
+    timeout: float = 600.0,
+) -> tuple[art.Trajectory, list[turns.Call]]:
+    """An episode with tools (OpenAI tool schemas; `run_call(name, arguments)` runs one call in the episode's
+    workspace): the trajectory holds every message, the policy's Choices (the only tokens ART trains) and the tools;
+    the calls come back beside it, in order, for scoring. `timeout` bounds each policy call."""
+    messages = prompts.messages(skill, task, True, "stub")
+    ask = turns.asker(
+        model.openai_client(),
+        model.get_inference_name(),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        timeout=timeout,
+    )
+    history = await turns.take_turns(ask, messages, tools, run_call, max_turns)
+    traj = art.Trajectory(
+        messages_and_choices=history.messages_and_choices,
+        tools=tools,
+        metadata={"task_id": task.id},
+        metrics=dict.fromkeys(STEP_KEYS + TOOL_KEYS, 0.0),
+        reward=0.0,
+    )
+    traj.metrics.update(
+        truncated=float(history.last.finish_reason == "length"),
+        turns=float(history.turns),
+        ran_out=float(history.ran_out),
+        tool_calls=float(len(history.calls)),
+        tool_errors=float(sum(c.error is not None for c in history.calls)),
+    )
+    for call in history.calls:
+        if call.error:
+            traj.log(f"tool call {call.name[:80]!r} failed: {call.error[:300]}")
+    return traj, history.calls
+
+
 def quiet_failed_rollouts(loop) -> None:
     """When more rollouts fail than --max-exceptions allows, ART raises the first error and leaves the other
     failed rollouts' errors unread; asyncio would print each as "Task exception was never retrieved" with a
@@ -74,9 +122,9 @@ def quiet_failed_rollouts(loop) -> None:
 
     def handler(loop, context):
         coro = getattr(context.get("future"), "get_coro", lambda: None)()
-        if (
-            context.get("message") == "Task exception was never retrieved"
-            and getattr(coro, "__name__", "") == "rollout"
+        if context.get("message") == "Task exception was never retrieved" and getattr(coro, "__name__", "") in (
+            "rollout",
+            "tool_rollout",
         ):
             return
         loop.default_exception_handler(context)

@@ -7,9 +7,12 @@ from skill_rl.scoring import repeats
 
 
 def output_of(traj) -> str:
-    """The last message's text, read from the Choice (or dict) the trajectory holds. Not `traj.messages()`:
-    ART 0.5.23 builds a pydantic TypeAdapter on each call, which cost more than the rest of a step."""
-    last = traj.messages_and_choices[-1]
+    """The last answer's text, read from the Choice (or assistant dict) the trajectory holds: the last message, but
+    for an episode that --max-turns ended after tool calls, whose tool messages (untrusted tool output) come after
+    it. Not `traj.messages()`: ART 0.5.23 builds a pydantic TypeAdapter on each call, which cost more than the rest
+    of a step."""
+    items = traj.messages_and_choices
+    last = next((m for m in reversed(items) if not isinstance(m, dict) or m.get("role") != "tool"), items[-1])
     # a Choice, as the policy answered
     message = getattr(last, "message", None)
     return (last.get("content") if message is None else message.content) or ""
