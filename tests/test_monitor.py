@@ -96,27 +96,7 @@ def test_a_policy_that_starts_answering_one_constant_message_is_flagged(tmp_path
         )
 
     with FakeOpenAI(policy_fn=policy) as server:
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        monkeypatch.delenv("WANDB_API_KEY", raising=False)
-        code = train_skill.main(
-            [
-                "--skills-dir",
-                str(skills),
-                "--skill",
-                "git-commit",
-                *DRY_RUN,
-                "--judge-base-url",
-                server.url,
-                "--judge-api-key",
-                "sk-test",
-                "--steps",
-                "2",
-                *SMALL_GROUPS,
-                "--eval-every",
-                "100",
-            ]
-        )
+        code = judged_run(monkeypatch, tmp_path, server, skills, "--steps", "2", *SMALL_GROUPS, "--eval-every", "100")
     out = capsys.readouterr().out
     assert code == 0, out
     lines = {int(m[1]): m[0] for m in re.finditer(r"^step +(\d+) \|.*$", out, re.M)}
@@ -127,6 +107,16 @@ def test_a_policy_that_starts_answering_one_constant_message_is_flagged(tmp_path
     assert train[1]["train/monitor/collapse"] == 0.0 and train[2]["train/monitor/collapse"] == 1.0
     assert train[1]["train/monitor/judge_skipped"] == 0 and train[2]["train/monitor/judge_skipped"] == 2
     assert "train/monitor/gap/correctness" in train[1] and train[2]["train/monitor/length_change"] < 0
+
+
+def judged_run(monkeypatch, where, server, skills, *flags) -> int:
+    """A git-commit training run in this process, in `where`, on the stand-in backend, the policy and the judge at
+    `server`."""
+    monkeypatch.chdir(where)
+    monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    judge = ("--judge-base-url", server.url, "--judge-api-key", "sk-test")
+    return train_skill.main(["--skills-dir", str(skills), "--skill", "git-commit", *DRY_RUN, *judge, *flags])
 
 
 def git_commit_types():
@@ -175,27 +165,17 @@ def test_a_run_whose_answers_collapse_to_one_type_says_so_and_prunes_worse_check
         return f"feat(app): raise LIMIT to {limit}" if step < 2 else f"feat: Raise LIMIT to {limit}."
 
     with FakeOpenAI(policy_fn=policy) as server:
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
-        monkeypatch.delenv("WANDB_API_KEY", raising=False)
-        code = train_skill.main(
-            [
-                "--skills-dir",
-                str(skills),
-                "--skill",
-                "git-commit",
-                *DRY_RUN,
-                "--judge-base-url",
-                server.url,
-                "--judge-api-key",
-                "sk-test",
-                "--steps",
-                "3",
-                *SMALL_GROUPS,
-                "--eval-every",
-                "1",
-                "--prune-collapsed",
-            ]
+        code = judged_run(
+            monkeypatch,
+            tmp_path,
+            server,
+            skills,
+            "--steps",
+            "3",
+            *SMALL_GROUPS,
+            "--eval-every",
+            "1",
+            "--prune-collapsed",
         )
     out = capsys.readouterr().out
     assert code == 0, out
