@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from cpu_learning import val_samples  # noqa: E402
-from machine import cpu_workdir  # noqa: E402
+from machine import cpu_workdir, git_commit_cpu  # noqa: E402
 
 import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
@@ -40,24 +40,9 @@ SKILLS = ROOT / "skills"
 
 
 def command(a, *more: str) -> list[str]:
-    return [
-        "--skills-dir",
-        str(SKILLS),
-        "--skill",
-        "git-commit",
-        "--backend",
-        "cpu",
-        "--judge",
-        "none",
-        "--quiet",
-        "--limit",
-        str(a.val_tasks),
-        "--eval-every",
-        str(a.steps + 1),
-        "--seed",
-        str(a.seed),
-        *more,
-    ]
+    return git_commit_cpu(
+        *("--quiet", "--limit", str(a.val_tasks), "--eval-every", str(a.steps + 1), "--seed", str(a.seed)), *more
+    )
 
 
 def history(run_dir: Path) -> list[dict]:

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from machine import cpu_workdir  # noqa: E402
+from machine import cpu_workdir, git_commit_cpu, served_eval  # noqa: E402
 
 import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
@@ -138,7 +138,6 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
     work = cpu_workdir("cpu-learning-", a.workdir)
-    skills = ROOT / "skills"
     started = time.perf_counter()
     cpu.load_base(*cpu.locate(cpu.TINY_MODEL))
     load_s = time.perf_counter() - started
@@ -147,15 +146,7 @@ def main() -> int:
     tee = Tee(sys.stdout)
     with contextlib.chdir(work), contextlib.redirect_stdout(tee):
         code = train_skill.main(
-            [
-                "--skills-dir",
-                str(skills),
-                "--skill",
-                "git-commit",
-                "--backend",
-                "cpu",
-                "--judge",
-                "none",
+            git_commit_cpu(
                 "--steps",
                 str(a.steps),
                 "--groups-per-step",
@@ -173,7 +164,7 @@ def main() -> int:
                 "--sft-learning-rate",
                 str(a.sft_learning_rate),
                 "--no-sft" if a.no_sft else "--sft",
-            ]
+            )
         )
     train_s = time.perf_counter() - started - load_s
     run_dir = next((work / ".art").rglob("history.jsonl")).parent
@@ -184,27 +175,7 @@ def main() -> int:
     try:
         with contextlib.chdir(work):
             train_skill.main(
-                [
-                    "--skills-dir",
-                    str(skills),
-                    "--skill",
-                    "git-commit",
-                    "--eval",
-                    "--judge",
-                    "none",
-                    "--limit",
-                    str(a.val_tasks),
-                    "--model",
-                    f"base@{server.url}",
-                    "--model",
-                    f"trained@{server.url}",
-                    "--api-key",
-                    server.api_key,
-                    "--max-tokens",
-                    str(a.max_tokens),
-                    "--out",
-                    str(work / "eval"),
-                ]
+                served_eval(server, work / "eval", "--limit", str(a.val_tasks), "--max-tokens", str(a.max_tokens))
             )
     finally:
         server.close()

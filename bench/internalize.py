@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from cpu_learning import STEP_LINE, Tee  # noqa: E402
-from machine import cpu_workdir  # noqa: E402
+from machine import cpu_workdir, git_commit_cpu, served_eval  # noqa: E402
 
 import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
@@ -169,19 +169,11 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     a = p.parse_args()
     work = cpu_workdir("internalize-", a.workdir)
-    skills, started = ROOT / "skills", time.perf_counter()
+    started = time.perf_counter()
     tee = Tee(sys.stdout)
     with contextlib.chdir(work), contextlib.redirect_stdout(tee):
         code = train_skill.main(
-            [
-                "--skills-dir",
-                str(skills),
-                "--skill",
-                "git-commit",
-                "--backend",
-                "cpu",
-                "--judge",
-                "none",
+            git_commit_cpu(
                 "--internalize",
                 "--without-skill",
                 a.without_skill,
@@ -192,7 +184,7 @@ def main() -> int:
                 "--limit",
                 str(a.val_tasks),
                 *(["--internalize-floor", str(a.floor)] if a.floor is not None else []),
-            ]
+            )
         )
     train_s = time.perf_counter() - started
     run_dir = next((work / ".art").rglob("history.jsonl")).parent
@@ -203,30 +195,12 @@ def main() -> int:
     try:
         with contextlib.chdir(work):
             eval_code = train_skill.main(
-                [
-                    "--skills-dir",
-                    str(skills),
-                    "--skill",
-                    "git-commit",
-                    "--eval",
-                    "--judge",
-                    "none",
-                    "--limit",
-                    str(a.eval_tasks),
-                    "--baseline",
-                    "--without-skill",
-                    a.without_skill,
-                    "--model",
-                    f"base@{server.url}",
-                    "--model",
-                    f"trained@{server.url}",
-                    "--api-key",
-                    server.api_key,
-                    "--max-tokens",
-                    str(cpu.DEFAULTS["max_tokens"]),
-                    "--out",
-                    str(work / "eval"),
-                ]
+                served_eval(
+                    server,
+                    work / "eval",
+                    *("--limit", str(a.eval_tasks), "--baseline", "--without-skill", a.without_skill),
+                    *("--max-tokens", str(cpu.DEFAULTS["max_tokens"])),
+                )
             )
     finally:
         server.close()

@@ -25,3 +25,30 @@ def cpu_workdir(prefix: str, chosen: Path | None = None) -> Path:
         print(f"error: --workdir {chosen}: {e.strerror or e}", file=sys.stderr)
         raise SystemExit(2)
     return chosen
+
+
+SKILLS = Path(__file__).resolve().parent.parent / "skills"
+
+
+def git_commit_cpu(*flags: str) -> list[str]:
+    """train_skill.py's arguments for a CPU run of the shipped git-commit skill scored by its checks alone."""
+    return ["--skills-dir", str(SKILLS), "--skill", "git-commit", "--backend", "cpu", "--judge", "none", *flags]
+
+
+def served_eval(server, out: Path, *flags: str) -> list[str]:
+    """train_skill.py's arguments for --eval of git-commit, by its checks alone, of the base model (`base`) and a
+    run's checkpoint (`trained`) behind `server` (cpu.serve_checkpoint), written to `out`."""
+    models = ("--model", f"base@{server.url}", "--model", f"trained@{server.url}", "--api-key", server.api_key)
+    return [
+        "--skills-dir",
+        str(SKILLS),
+        "--skill",
+        "git-commit",
+        "--eval",
+        "--judge",
+        "none",
+        *models,
+        "--out",
+        str(out),
+        *flags,
+    ]
