@@ -15,6 +15,8 @@ from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
 from skill_rl.scoring.reward import GroupResult, Scorer
 from skill_rl.skills import Skill, Task
+from skill_rl.tools.episodes import KEY as EPISODE
+from skill_rl.tools.episodes import keys
 from skill_rl.training import turns
 from skill_rl.training.trajectories import output_of
 
@@ -115,6 +117,41 @@ async def tool_rollout(
     return traj, history.calls
 
 
+async def episode_rollout(
+    model: art.Model,
+    skill: Skill,
+    task: Task,
+    episodes,
+    *,
+    temperature: float,
+    max_tokens: int,
+    max_turns: int,
+    timeout: float = 600.0,
+) -> art.Trajectory:
+    """`tool_rollout` in a fresh copy of the task's workspace, kept open in `episodes` (skill_rl/tools Episodes) under
+    the id the trajectory's metadata carries, for its group's scoring to read and then close. A rollout that fails
+    or is cancelled closes its workspace at once."""
+    key, toolbox = episodes.open(skill, task)
+    try:
+        traj, calls = await tool_rollout(
+            model,
+            skill,
+            task,
+            [t.schema() for t in skill.tools],
+            toolbox.run,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            max_turns=max_turns,
+            timeout=timeout,
+        )
+    except BaseException:
+        episodes.close(key)
+        raise
+    episodes.keep(key, calls)
+    traj.metadata[EPISODE] = key
+    return traj
+
+
 def quiet_failed_rollouts(loop) -> None:
     """When more rollouts fail than --max-exceptions allows, ART raises the first error and leaves the other
     failed rollouts' errors unread; asyncio would print each as "Task exception was never retrieved" with a
@@ -125,6 +162,7 @@ def quiet_failed_rollouts(loop) -> None:
         if context.get("message") == "Task exception was never retrieved" and getattr(coro, "__name__", "") in (
             "rollout",
             "tool_rollout",
+            "episode_rollout",
         ):
             return
         loop.default_exception_handler(context)
@@ -151,7 +189,18 @@ def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.Traject
     return group
 
 
-async def score_group(group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[str, Task]) -> art.TrajectoryGroup:
+async def score_group(
+    group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[str, Task], episodes=None
+) -> art.TrajectoryGroup:
+    """Score one group; with `episodes` (a skill with tools), each trajectory with its episode, whose workspaces are
+    closed once scored, scored or not."""
     task = tasks[group.trajectories[0].metadata["task_id"]]
-    result = await scorer.score(task, [output_of(t) for t in group.trajectories])
+    outputs = [output_of(t) for t in group.trajectories]
+    if episodes is None:
+        return apply_scores(group, await scorer.score(task, outputs))
+    ids = keys(group.trajectories)
+    try:
+        result = await scorer.score(task, outputs, episodes.of(ids))
+    finally:
+        episodes.close(*ids)
     return apply_scores(group, result)
