@@ -133,8 +133,6 @@ class Trainer:
         # a failing categories() in checks.py is reported once
         self.said_categories = False
         self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if s.internalize else None
-        if self.fade and skill.tools:
-            raise Exit(2, f"{skill.path / 'SKILL.md'}: --internalize is not supported for a skill with tools yet")
         # a skill with tools: each rollout's episode (workspace and calls) until its group is scored
         self.episodes = Episodes() if skill.tools else None
 
