@@ -138,6 +138,16 @@ def test_score_reads_each_outputs_episode_calls_and_workspace_from_the_file(acti
     assert sorted(p.name for p in left.iterdir()) == ["answer.txt"] and not list(temp.glob("skill-rl-ws-*"))
 
 
+def test_the_docs_episode_line_is_a_valid_score_record():
+    from skill_rl.commands.score import Item
+
+    block = DOCS.read_text().split("**`--score FILE`.**", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    item = Item.model_validate(json.loads(block))
+    assert [len(e.calls) for e in item.episodes] == [1, 0] and json.loads(item.episodes[0].calls[0].arguments) == {
+        "path": "notes.txt"
+    }
+
+
 @pytest.mark.parametrize(
     "episodes, why",
     [
