@@ -268,27 +268,11 @@ def test_training_a_tool_skill_scores_whole_episodes_and_leaves_no_workspace(
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     with FakeOpenAI(policy_fn=policy) as server:
         monkeypatch.setenv("SKILL_RL_POLICY_BASE_URL", server.url)
+        # the fake judge prefers long answers: the audit of exploits (run on this tool skill) would refuse
+        flags = "--steps 1 --groups-per-step 2 --rollouts-per-group 4 --no-sft --accept-exploits --no-judge-cache"
+        judge = ("--judge-base-url", server.url, "--judge-api-key", "sk-test")
         ran = main_in_process(
-            capfd,
-            "--skills-dir",
-            acting.parent,
-            "--skill",
-            "acting",
-            *DRY_RUN,
-            "--judge-base-url",
-            server.url,
-            "--judge-api-key",
-            "sk-test",
-            "--steps",
-            "1",
-            "--groups-per-step",
-            "2",
-            "--rollouts-per-group",
-            "4",
-            "--no-sft",
-            # the fake judge prefers long answers: the audit of exploits (run on this tool skill) would refuse
-            "--accept-exploits",
-            "--no-judge-cache",
+            capfd, "--skills-dir", acting.parent, "--skill", "acting", *DRY_RUN, *judge, *flags.split()
         )
         prompts = list(server.judge_prompts)
     assert ran.returncode == 0, ran.stderr

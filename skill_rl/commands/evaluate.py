@@ -123,38 +123,16 @@ async def evaluate(
         have = kept.get(task.id, {}) if store is None else {}
         todo = [ep for ep in endpoints if ep.label not in have]
         counted = {ep.label: [] for ep in todo}
-        fresh = await asyncio.gather(
-            *(
-                _given(answers, task, ep, counted[ep.label])
-                if answers is not None
-                else episodes(
-                    clients[ep.label],
-                    ep,
-                    skill,
-                    task,
-                    samples,
-                    temperature,
-                    max_tokens,
-                    gates[ep.label],
-                    max_turns,
-                    store,
-                )
-                if store is not None
-                else generate(
-                    clients[ep.label],
-                    ep,
-                    skill,
-                    task,
-                    samples,
-                    temperature,
-                    max_tokens,
-                    gates[ep.label],
-                    counted[ep.label],
-                )
-                for ep in todo
-            ),
-            return_exceptions=True,
-        )
+
+        def asked(ep: Endpoint):
+            if answers is not None:
+                return _given(answers, task, ep, counted[ep.label])
+            common = (clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
+            if store is not None:
+                return episodes(*common, max_turns, store)
+            return generate(*common, counted[ep.label])
+
+        fresh = await asyncio.gather(*(asked(ep) for ep in todo), return_exceptions=True)
         outs = {
             **{ep.label: out for ep, out in zip(todo, fresh)},
             **{
