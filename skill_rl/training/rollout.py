@@ -13,7 +13,7 @@ import art
 from skill_rl import prompts
 from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
-from skill_rl.scoring.reward import GroupResult, Scorer
+from skill_rl.scoring.reward import GroupResult, Scorer, candidate
 from skill_rl.skills import Skill, Task
 from skill_rl.tools.episodes import KEY as EPISODE
 from skill_rl.tools.episodes import keys
@@ -170,18 +170,19 @@ def quiet_failed_rollouts(loop) -> None:
     loop.set_exception_handler(handler)
 
 
-def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.TrajectoryGroup:
-    """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics)."""
-    seen: set[str] = set()
-    for traj, score in zip(group.trajectories, result.scores):
+def apply_scores(group: art.TrajectoryGroup, result: GroupResult, judged_as: list | None = None) -> art.TrajectoryGroup:
+    """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics). `judged_as`:
+    what the judge ranked of each (an episode: its calls too; else its output)."""
+    seen: set = set()
+    judged_as = judged_as or [output_of(t) for t in group.trajectories]
+    for traj, score, judged in zip(group.trajectories, result.scores, judged_as):
         traj.reward = score.reward
         traj.metrics.update(score.metrics())
         traj.metrics["judge_failed"] = float(result.judge_failed)
         traj.metrics["judge_skipped"] = float(result.judge_skipped)
         # the second and later copies of an output shared the first one's judgement
-        output = output_of(traj)
-        traj.metrics["judge_duplicate"] = float(result.judge_calls > 0 and output in seen)
-        seen.add(output)
+        traj.metrics["judge_duplicate"] = float(result.judge_calls > 0 and judged in seen)
+        seen.add(judged)
         if score.judge:
             traj.log(score.judge)
     if result.judge_error:
@@ -200,7 +201,8 @@ async def score_group(
         return apply_scores(group, await scorer.score(task, outputs))
     ids = keys(group.trajectories)
     try:
-        result = await scorer.score(task, outputs, episodes.of(ids))
+        done = episodes.of(ids)
+        result = await scorer.score(task, outputs, done)
     finally:
         episodes.close(*ids)
-    return apply_scores(group, result)
+    return apply_scores(group, result, [candidate(o, e) for o, e in zip(outputs, done)])
