@@ -109,6 +109,17 @@ def test_eval_of_a_tool_skill_answering_without_acting_fails_the_episode_checks(
     assert not list(temp.glob("skill-rl-ws-*"))
 
 
+def test_eval_max_turns_ends_an_episode_whose_last_calls_still_count(acting, temp, tmp_path, capsys):
+    with FakeOpenAI(policy_fn=lambda r: ANSWER) as server:
+        server.policy_answers.extend(EPISODE)
+        _eval(acting, server, tmp_path / "eval", "--max-turns", "2")
+    (record,) = json.loads((tmp_path / "eval" / "results.json").read_text())["records"]
+    assert (record["turns"], record["ran_out"], len(server.requests)) == (2, True, 2)
+    # the note written by the last answer's call is in the workspace the checks read; no answer was written
+    assert record["checks"]["noted"] is True and record["checks"]["answer_written"] is False
+    assert not list(temp.glob("skill-rl-ws-*"))
+
+
 def _score(folder: Path, lines: list, tmp_path: Path) -> tuple[int, list[dict], str]:
     src = tmp_path / "episodes.jsonl"
     src.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
