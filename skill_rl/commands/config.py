@@ -83,6 +83,8 @@ def training(s: Settings, skill: Skill) -> Run:
     from skill_rl.prompts import default_floor
     from skill_rl.training import backends, warmstart
 
+    if s.internalize and skill.tools:
+        raise Exit(2, f"{skill.path / 'SKILL.md'}: --internalize is not supported for a skill with tools yet")
     # the CPU backend may default to both
     by_default, said_none = s.sft is None, s.judge == "none"
     if said_none and not s.format_only_reward and (problem := checks_only_problem(skill, skill.split("train"))):

@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from skill_rl import prompts
 from skill_rl.console import clean
 from skill_rl.endpoints import Endpoint, client, generate, parse_spec, spec_of, with_baselines
 from skill_rl.errors import Exit
@@ -42,10 +43,14 @@ from skill_rl.scoring.report import (
 )
 from skill_rl.scoring.reward import Judge, Scorer
 from skill_rl.skills import Skill, Task
+from skill_rl.tools.episodes import Episodes
+from skill_rl.training import turns
 from skill_rl.training.runlock import interrupted_as
 
 # characters of an output kept in records (it is scored whole); --max-tokens keeps most far shorter
 MAX_KEPT_OUTPUT = 100_000
+# characters of a tool call's arguments and of its result kept in records
+MAX_KEPT_CALL = 4_000
 
 
 # ------------------------------------------------------------------ the run
@@ -87,6 +92,7 @@ async def evaluate(
     ident: dict | None = None,
     quiet: bool = False,
     answers: dict | None = None,
+    max_turns: int = 6,
 ) -> dict:
     """Generate with every endpoint and judge each task's outputs from all models as one group.
 
@@ -96,8 +102,11 @@ async def evaluate(
     new, so that the judged columns still compare the models within one group. Each finished task's
     records (outputs, scores, or the error of a model that failed) go to `sink` at once. `answers`: the outputs
     already generated, (task id, label) -> (outputs, prompt tokens) (a CPU run decoded in this process:
-    skill_rl/commands/cpu_evaluation.py), in place of asking the endpoints."""
+    skill_rl/commands/cpu_evaluation.py), in place of asking the endpoints. A skill with tools: each sample is an
+    episode (`episodes`) of at most `max_turns` policy calls, scored with its calls and workspace."""
     scorer = Scorer(skill, judge)
+    # a skill with tools: every sample an episode in its own workspace, open until its task is scored
+    store = Episodes() if skill.tools else None
     clients = {} if answers is not None else {ep.label: client(ep, timeout) for ep in endpoints}
     gates = {ep.label: asyncio.Semaphore(concurrency) for ep in endpoints}
     kept = complete(list(done), samples)
@@ -110,28 +119,20 @@ async def evaluate(
 
     async def one(task: Task):
         nonlocal judge_failures
-        have = kept.get(task.id, {})
+        # an episode's workspace is gone once scored: a tool skill's task is run again whole
+        have = kept.get(task.id, {}) if store is None else {}
         todo = [ep for ep in endpoints if ep.label not in have]
         counted = {ep.label: [] for ep in todo}
-        fresh = await asyncio.gather(
-            *(
-                _given(answers, task, ep, counted[ep.label])
-                if answers is not None
-                else generate(
-                    clients[ep.label],
-                    ep,
-                    skill,
-                    task,
-                    samples,
-                    temperature,
-                    max_tokens,
-                    gates[ep.label],
-                    counted[ep.label],
-                )
-                for ep in todo
-            ),
-            return_exceptions=True,
-        )
+
+        def asked(ep: Endpoint):
+            if answers is not None:
+                return _given(answers, task, ep, counted[ep.label])
+            common = (clients[ep.label], ep, skill, task, samples, temperature, max_tokens, gates[ep.label])
+            if store is not None:
+                return episodes(*common, max_turns, store)
+            return generate(*common, counted[ep.label])
+
+        fresh = await asyncio.gather(*(asked(ep) for ep in todo), return_exceptions=True)
         outs = {
             **{ep.label: out for ep, out in zip(todo, fresh)},
             **{
@@ -147,7 +148,7 @@ async def evaluate(
                 if recs[0].get("prompt_tokens") is not None
             },
         }
-        new, failed = await _score_task(scorer, task, endpoints, outs, ident or {}, tokens)
+        new, failed = await _score_task(scorer, task, endpoints, outs, ident or {}, tokens, store)
         judge_failures += failed
         by_task[task.id] = new
         if sink:
@@ -155,8 +156,13 @@ async def evaluate(
         advance()
 
     todo = [t for t in tasks if t.id not in by_task]
-    with bar("evaluating", len(todo), quiet) as advance:
-        await asyncio.gather(*(one(t) for t in todo))
+    try:
+        with bar("evaluating", len(todo), quiet) as advance:
+            await asyncio.gather(*(one(t) for t in todo))
+    finally:
+        # the workspaces of tasks that failed or were interrupted
+        if store is not None:
+            store.close_all()
     for c in clients.values():
         await c.close()
     return {
@@ -172,11 +178,56 @@ async def _given(answers: dict, task: Task, ep: Endpoint, counted: list) -> list
     return outs
 
 
+async def episodes(
+    client, ep: Endpoint, skill: Skill, task: Task, samples: int, temperature, max_tokens, gate, max_turns, store
+) -> list[tuple[str, str | None, dict]]:
+    """`samples` episodes of one endpoint on one task, each in a fresh copy of the task's workspace kept open in
+    `store` (skill_rl/tools Episodes): (final answer, finish_reason, what the record keeps of the episode)."""
+    tools = [t.schema() for t in skill.tools]
+    messages = prompts.messages(skill, task, ep.with_skill, ep.without)
+    ask = turns.asker(client, ep.model, temperature=temperature, max_tokens=max_tokens, timeout=float(client.timeout))
+    outs = []
+    for _ in range(samples):
+        key, toolbox = store.open(skill, task)
+        try:
+            async with gate:
+                history = await turns.take_turns(ask, messages, tools, toolbox.run, max_turns)
+        except BaseException:
+            store.close(key)
+            raise
+        store.keep(key, history.calls)
+        last = history.last
+        episode = {
+            "episode": key,
+            "turns": history.turns,
+            "ran_out": history.ran_out,
+            "tool_errors": sum(c.error is not None for c in history.calls),
+            "calls": [
+                {
+                    "name": c.name,
+                    "arguments": c.arguments[:MAX_KEPT_CALL],
+                    "result": c.result[:MAX_KEPT_CALL],
+                    "error": c.error,
+                }
+                for c in history.calls
+            ],
+        }
+        outs.append((redact(last.message.content or ""), last.finish_reason, episode))
+    return outs
+
+
 async def _score_task(
-    scorer: Scorer, task: Task, endpoints: list[Endpoint], outs: dict, ident: dict, tokens: dict | None = None
+    scorer: Scorer,
+    task: Task,
+    endpoints: list[Endpoint],
+    outs: dict,
+    ident: dict,
+    tokens: dict | None = None,
+    store: Episodes | None = None,
 ) -> tuple[list[dict], bool]:
     """One task's records: every model's outputs judged as one group, or the error of a model that failed.
-    `tokens`: label -> the prompt's tokens (negative: estimated), as `generate` gives them."""
+    `tokens`: label -> the prompt's tokens (negative: estimated), as `generate` gives them. `store`: the episodes
+    of a skill with tools (each output's third item names its own), closed once scored."""
     tokens = tokens or {}
     group, owners, new = [], [], []
     for ep in endpoints:
@@ -184,15 +235,22 @@ async def _score_task(
         if isinstance(out, Exception):
             new.append({**mine, "error": f"{type(out).__name__}: {redact(str(out))[:300]}"})
             continue
-        group += [text for text, _ in out]
+        group += [text for text, *_ in out]
         if ep.label in tokens:
             mine = {**mine, "prompt_tokens": abs(tokens[ep.label]), "prompt_estimated": tokens[ep.label] < 0}
-        owners += [(mine, i, finish) for i, (_, finish) in enumerate(out)]
-    result = await scorer.score(task, group) if group else None
-    for (mine, i, finish), text, s in zip(owners, group, result.scores if result else []):
+        owners += [(mine, i, finish, *extra) for i, (_, finish, *extra) in enumerate(out)]
+    # each output's episode (a skill with tools), by the id its record carries
+    ids = [owner[3]["episode"] if len(owner) > 3 else None for owner in owners]
+    try:
+        result = await scorer.score(task, group, store.of(ids) if store else None) if group else None
+    finally:
+        if store is not None:
+            store.close(*ids)
+    for (mine, i, finish, *extra), text, s in zip(owners, group, result.scores if result else []):
         new.append(
             {
                 **mine,
+                **({k: v for k, v in extra[0].items() if k != "episode"} if extra else {}),
                 "sample": i,
                 "output": text[:MAX_KEPT_OUTPUT],
                 "output_cut": len(text) > MAX_KEPT_OUTPUT,
@@ -223,6 +281,10 @@ def tabulate(records: list[dict], endpoints: list[Endpoint], scorer: Scorer, jud
         mine = [r for r in scored if r["model"] == ep.label]
         row = summarize(ep.label, [r["metrics"] for r in mine], scorer, len(errors[ep.label]))
         row["truncated"] = sum(r["truncated"] for r in mine)
+        # a skill with tools: policy calls per episode, and calls answered with an error
+        if any("turns" in r for r in mine):
+            row["turns"] = sum(r["turns"] for r in mine) / len(mine)
+            row["tool_errors"] = sum(r["tool_errors"] for r in mine)
         row["baseline"] = not ep.with_skill
         counted = [r for r in mine if r.get("prompt_tokens") is not None]
         row["prompt_tokens"] = sum(r["prompt_tokens"] for r in counted) / len(counted) if counted else None
@@ -381,6 +443,12 @@ def _arms(args, picked: tuple[Path, str] | None) -> list[Endpoint]:
 def run(setup, skill: Skill) -> int:
     """--eval with the resolved run (config.Run): its settings, judge and, for --backend cpu, checkpoint."""
     args, judge, picked = setup.settings, setup.judge, setup.checkpoint
+    if picked and skill.tools:
+        raise Exit(
+            2,
+            f"{skill.path / 'SKILL.md'}: --eval --backend cpu of a skill with tools is not supported yet: serve the "
+            "checkpoint (python -m skill_rl.cpu) and --eval it at its URL",
+        )
     endpoints, tasks = _arms(args, picked), _tasks(skill, args)
     out = args.out or Path("results") / skill.name
     prepare_folder(out, skill_files(skill))
@@ -424,6 +492,7 @@ def run(setup, skill: Skill) -> int:
                 ident=ident,
                 quiet=args.quiet,
                 answers=answers,
+                max_turns=args.max_turns,
             )
         )
     try:

@@ -1,7 +1,8 @@
 """`--score FILE`: score given outputs with the same scorer training uses.
 
 FILE is JSONL. Each line: `task_id` (an id from the skill's tasks.jsonl) or `input` (raw input
-text), plus `output` (one string) or `outputs` (a list, judged together as one group). One JSON
+text), plus `output` (one string) or `outputs` (a list, judged together as one group), and for a skill with
+tools `episodes`, one per output: its calls and the folder of its workspace (docs/tools.md#runs). One JSON
 object per output is written as soon as its group is scored; bad lines are reported with their
 line number and the other lines are still scored.
 """
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from skill_rl.errors import Exit
 from skill_rl.files import atomic_write, read_objects, read_records
+from skill_rl.keys import redact
 from skill_rl.progress import bar
 from skill_rl.records import Sink, digest, prepare_file, refuse_foreign, skill_files
 from skill_rl.scoring import repeats
@@ -27,12 +29,34 @@ from skill_rl.text import display, problem, show
 from skill_rl.training.runlock import interrupted_as
 
 
+class CallItem(BaseModel):
+    """One tool call of an episode as a line gives it (docs/tools.md#runs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    name: str
+    # the JSON text of the arguments, as the policy sent it
+    arguments: str
+    result: str = ""
+    error: str | None = None
+
+
+class EpisodeItem(BaseModel):
+    """An output's episode: its calls in order, and the folder holding the workspace as the episode left it
+    (relative to the score file's folder; none: a fresh copy of the task's workspace, as before the episode)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    calls: list[CallItem] = []
+    workspace: str | None = Field(None, min_length=1)
+
+
 class Item(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     task_id: str | None = Field(None, min_length=1)
     input: str | None = Field(None, min_length=1)
     output: str | None = None
     outputs: list[str] | None = Field(None, min_length=1)
+    # one per output, in order: what a skill with tools did before answering
+    episodes: list[EpisodeItem] | None = None
 
     @model_validator(mode="after")
     def _one_of_each(self):
@@ -40,11 +64,48 @@ class Item(BaseModel):
             raise ValueError("give exactly one of 'task_id' and 'input'")
         if (self.output is None) == (self.outputs is None):
             raise ValueError("give exactly one of 'output' and 'outputs'")
+        if self.episodes is not None and len(self.episodes) != len(self.outputs or [self.output]):
+            raise ValueError("'episodes' must hold one episode per output")
         return self
 
 
-def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, Task, list[str], str | None]]:
-    """(line, task, outputs, task_id) for every valid line (read as tasks.jsonl is, by skill_rl/files.py's strict
+def _workspace_problem(path: Path, n: int, item: Item) -> str | None:
+    """A line's first episode workspace that is not a folder, as one error naming the field."""
+    for i, episode in enumerate(item.episodes or ()):
+        folder = path.parent / episode.workspace if episode.workspace else None
+        if folder is not None and (folder.is_symlink() or not folder.is_dir()):
+            return problem(path, n, f"field 'episodes.{i}.workspace': {show(episode.workspace)} is not a folder")
+    return None
+
+
+def open_episodes(path: Path, skill: Skill, task: Task, given: list[EpisodeItem] | None) -> tuple[list, list]:
+    """Each output's Episode for its checks, its workspace a fresh copy of the folder the line names (or of the
+    task's own workspace): (episodes or None, the workspaces to close)."""
+    if given is None:
+        return None, []
+    from skill_rl.tools import Episode, Workspace
+    from skill_rl.tools.episodes import records
+
+    workspaces = []
+    try:
+        for e in given:
+            workspaces.append(Workspace.fresh(path.parent / e.workspace if e.workspace else skill.workspace_of(task)))
+    except BaseException:
+        for w in workspaces:
+            w.close()
+        raise
+    # a tool result the file holds may quote a key: masked before a check or the judge reads it
+    episodes = []
+    for e, w in zip(given, workspaces):
+        calls = [
+            c.model_copy(update={"result": redact(c.result), "error": c.error and redact(c.error)}) for c in e.calls
+        ]
+        episodes.append(Episode(calls=records(calls), workspace=w.path))
+    return episodes, workspaces
+
+
+def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, Task, list[str], str | None, list]]:
+    """(line, task, outputs, task_id, episodes or None) for every valid line (read as tasks.jsonl is, by skill_rl/files.py's strict
     JSONL reader: a key given twice is an error, not "the last one wins"); one message per bad line in `errors`."""
     items = []
     for n, obj in read_objects(path, errors):
@@ -56,6 +117,9 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
             where = f"field '{loc}': " if loc else ""
             errors.append(problem(path, n, f"{where}{err['msg'].removeprefix('Value error, ')}"))
             continue
+        if bad := _workspace_problem(path, n, item):
+            errors.append(bad)
+            continue
         if item.task_id is not None:
             task = skill.task(item.task_id)
             if task is None:
@@ -65,7 +129,8 @@ def read_items(path: Path, skill: Skill, errors: list[str]) -> list[tuple[int, T
                 continue
         else:
             task = Task(id=f"line-{n}", input=item.input, line=n)
-        items.append((n, task, item.outputs if item.outputs is not None else [item.output], item.task_id))
+        outputs = item.outputs if item.outputs is not None else [item.output]
+        items.append((n, task, outputs, item.task_id, item.episodes))
     return items
 
 
@@ -91,7 +156,7 @@ def record(line: int, index: int, task_id: str | None, score, ident: dict) -> di
 def finished(out_path: Path, items) -> set[int]:
     """Input lines whose every output already has a record in `out_path`. The file is rewritten (atomically)
     without partial groups and without a torn last line, so appending to it keeps it valid JSONL."""
-    sizes = {line: len(outputs) for line, _, outputs, _ in items}
+    sizes = {line: len(outputs) for line, _, outputs, *_ in items}
     records = read_records(out_path)
     by_line: dict[int, set] = {}
     for r in records:
@@ -133,14 +198,19 @@ async def score_file(
 
     # the file is one step: what repeats across different tasks, their own words masked, is paid for nowhere (repeats.py)
     # resumed too
-    flat = [(line, i, task.input, o) for line, task, outputs, _ in every for i, o in enumerate(outputs)]
+    flat = [(line, i, task.input, o) for line, task, outputs, *_ in every for i, o in enumerate(outputs)]
     repeated = {
         (line, i): r for (line, i, _, _), r in zip(flat, repeats.shares([(t, o) for _, _, t, o in flat], skill))
     }
 
-    async def one(line: int, task: Task, outputs: list[str], task_id: str | None):
+    async def one(line: int, task: Task, outputs: list[str], task_id: str | None, given: list | None):
         async with gate:
-            result = await scorer.score(task, outputs)
+            episodes, workspaces = open_episodes(path, skill, task, given)
+            try:
+                result = await scorer.score(task, outputs, episodes)
+            finally:
+                for w in workspaces:
+                    w.close()
         result.scores = [repeats.penalised(s, repeated[line, i]) for i, s in enumerate(result.scores)]
         summary["judge_failures"] += result.judge_failed
         summary["judge_skipped"] += result.judge_skipped
@@ -159,7 +229,7 @@ async def score_file(
     summary["check_errors"] = sum(scorer.check_errors.values())
     summary["judge_cache"] = scorer.cache_line()
     # checked here, while a check's stray print still goes to stderr (run), never into the JSONL on stdout
-    summary["cannot_tell"] = None if judge else cannot_tell(skill, list({id(t): t for _, t, _, _ in every}.values()))
+    summary["cannot_tell"] = None if judge else cannot_tell(skill, list({id(t): t for _, t, *_ in every}.values()))
     return summary
 
 

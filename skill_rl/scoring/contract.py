@@ -100,7 +100,9 @@ def _without_references(skill: Skill) -> Contract:
     paid = dict.fromkeys((e.name for e in tried), 0)
     for task in tasks:
         outputs = [e.make(ctx, task) for e in tried]
-        for e, score in zip(tried, score_offline(skill, task, outputs)):
+        with exploits.without_acting(skill, task, len(outputs)) as episodes:
+            scores = score_offline(skill, task, outputs, episodes)
+        for e, score in zip(tried, scores):
             paid[e.name] += score.reward >= 1 - 1e-9
     unmeasured = [e.name for e in exploits.catalogue(skill) if e.name not in paid]
     return Contract(

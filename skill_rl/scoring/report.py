@@ -50,6 +50,8 @@ def _rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     checks = list(rows[0]["checks"]) if rows else []
     # rows of --eval; validation's have none
     tokens = any(r.get("prompt_tokens") is not None for r in rows)
+    # rows of --eval on a skill with tools
+    episodes = any("turns" in r for r in rows)
     head = [
         "model",
         "n",
@@ -60,6 +62,7 @@ def _rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
         "95% CI",
         *checks,
         *(["prompt tokens"] if tokens else []),
+        *(["turns", "tool errors"] if episodes else []),
         "failures",
     ]
     body = []
@@ -73,6 +76,7 @@ def _rows(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
                 ci,
                 *(_cell(r["checks"][c]) for c in checks),
                 *([_tokens(r)] if tokens else []),
+                *([f"{r['turns']:.1f}" if "turns" in r else "—", str(r.get("tool_errors", "—"))] if episodes else []),
                 str(r["failures"]),
             ]
         )

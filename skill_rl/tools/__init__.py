@@ -5,6 +5,7 @@
     loader.py     load_tools(skill_dir, allowed_tools)
     workspace.py  Workspace.fresh(source): a private copy per rollout; inside(workspace, path)
     toolbox.py    Toolbox(tools, workspace).run(name, arguments) -> CallRecord; Episode (what an episode check gets)
+    episodes.py   Episodes: a batch's open episodes (workspace and calls) by the id their trajectories carry
     sandbox.py    one call in a child process: scrubbed environment, time limit, output cap
     child.py      the child: namespaces (user, network, mount, PID), resource limits, the call
 
@@ -15,6 +16,7 @@ through the user's tools.py) stays light.
 __all__ = [
     "CallRecord",
     "Episode",
+    "Episodes",
     "Outside",
     "Tool",
     "ToolProblem",
@@ -28,6 +30,7 @@ __all__ = [
 _WHERE = {
     "CallRecord": "toolbox",
     "Episode": "toolbox",
+    "Episodes": "episodes",
     "Toolbox": "toolbox",
     "Outside": "workspace",
     "Workspace": "workspace",

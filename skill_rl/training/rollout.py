@@ -13,8 +13,10 @@ import art
 from skill_rl import prompts
 from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact
-from skill_rl.scoring.reward import GroupResult, Scorer
+from skill_rl.scoring.reward import GroupResult, Scorer, candidate
 from skill_rl.skills import Skill, Task
+from skill_rl.tools.episodes import KEY as EPISODE
+from skill_rl.tools.episodes import keys
 from skill_rl.training import turns
 from skill_rl.training.trajectories import output_of
 
@@ -115,6 +117,41 @@ async def tool_rollout(
     return traj, history.calls
 
 
+async def episode_rollout(
+    model: art.Model,
+    skill: Skill,
+    task: Task,
+    episodes,
+    *,
+    temperature: float,
+    max_tokens: int,
+    max_turns: int,
+    timeout: float = 600.0,
+) -> art.Trajectory:
+    """`tool_rollout` in a fresh copy of the task's workspace, kept open in `episodes` (skill_rl/tools Episodes) under
+    the id the trajectory's metadata carries, for its group's scoring to read and then close. A rollout that fails
+    or is cancelled closes its workspace at once."""
+    key, toolbox = episodes.open(skill, task)
+    try:
+        traj, calls = await tool_rollout(
+            model,
+            skill,
+            task,
+            [t.schema() for t in skill.tools],
+            toolbox.run,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            max_turns=max_turns,
+            timeout=timeout,
+        )
+    except BaseException:
+        episodes.close(key)
+        raise
+    episodes.keep(key, calls)
+    traj.metadata[EPISODE] = key
+    return traj
+
+
 def quiet_failed_rollouts(loop) -> None:
     """When more rollouts fail than --max-exceptions allows, ART raises the first error and leaves the other
     failed rollouts' errors unread; asyncio would print each as "Task exception was never retrieved" with a
@@ -125,6 +162,7 @@ def quiet_failed_rollouts(loop) -> None:
         if context.get("message") == "Task exception was never retrieved" and getattr(coro, "__name__", "") in (
             "rollout",
             "tool_rollout",
+            "episode_rollout",
         ):
             return
         loop.default_exception_handler(context)
@@ -132,18 +170,19 @@ def quiet_failed_rollouts(loop) -> None:
     loop.set_exception_handler(handler)
 
 
-def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.TrajectoryGroup:
-    """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics)."""
-    seen: set[str] = set()
-    for traj, score in zip(group.trajectories, result.scores):
+def apply_scores(group: art.TrajectoryGroup, result: GroupResult, judged_as: list | None = None) -> art.TrajectoryGroup:
+    """Write one group's scores into its trajectories (reward, per-dimension and per-check metrics). `judged_as`:
+    what the judge ranked of each (an episode: its calls too; else its output)."""
+    seen: set = set()
+    judged_as = judged_as or [output_of(t) for t in group.trajectories]
+    for traj, score, judged in zip(group.trajectories, result.scores, judged_as):
         traj.reward = score.reward
         traj.metrics.update(score.metrics())
         traj.metrics["judge_failed"] = float(result.judge_failed)
         traj.metrics["judge_skipped"] = float(result.judge_skipped)
         # the second and later copies of an output shared the first one's judgement
-        output = output_of(traj)
-        traj.metrics["judge_duplicate"] = float(result.judge_calls > 0 and output in seen)
-        seen.add(output)
+        traj.metrics["judge_duplicate"] = float(result.judge_calls > 0 and judged in seen)
+        seen.add(judged)
         if score.judge:
             traj.log(score.judge)
     if result.judge_error:
@@ -151,7 +190,19 @@ def apply_scores(group: art.TrajectoryGroup, result: GroupResult) -> art.Traject
     return group
 
 
-async def score_group(group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[str, Task]) -> art.TrajectoryGroup:
+async def score_group(
+    group: art.TrajectoryGroup, scorer: Scorer, tasks: dict[str, Task], episodes=None
+) -> art.TrajectoryGroup:
+    """Score one group; with `episodes` (a skill with tools), each trajectory with its episode, whose workspaces are
+    closed once scored, scored or not."""
     task = tasks[group.trajectories[0].metadata["task_id"]]
-    result = await scorer.score(task, [output_of(t) for t in group.trajectories])
-    return apply_scores(group, result)
+    outputs = [output_of(t) for t in group.trajectories]
+    if episodes is None:
+        return apply_scores(group, await scorer.score(task, outputs))
+    ids = keys(group.trajectories)
+    try:
+        done = episodes.of(ids)
+        result = await scorer.score(task, outputs, done)
+    finally:
+        episodes.close(*ids)
+    return apply_scores(group, result, [candidate(o, e) for o, e in zip(outputs, done)])

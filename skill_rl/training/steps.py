@@ -26,11 +26,13 @@ from skill_rl.scoring.report import print_table, summarize
 from skill_rl.scoring.reward import Scorer
 from skill_rl.settings import configfile
 from skill_rl.skills import DIMENSIONS, Skill, Task
+from skill_rl.tools.episodes import Episodes
+from skill_rl.tools.episodes import keys as episode_keys
 from skill_rl.training import backends, history
 from skill_rl.training.anchor import Anchor
 from skill_rl.training.monitor import Monitor
 from skill_rl.training.plots import PLOT_NAME, Plotter
-from skill_rl.training.rollout import quiet_failed_rollouts, rollout, score_group
+from skill_rl.training.rollout import episode_rollout, quiet_failed_rollouts, rollout, score_group
 from skill_rl.training.runlock import RunLock, Stopper
 from skill_rl.training.trajectories import output_of, penalise_repeats
 
@@ -131,6 +133,8 @@ class Trainer:
         # a failing categories() in checks.py is reported once
         self.said_categories = False
         self.fade = prompts.Fade(s.steps, s.internalize_floor, s.seed, s.without_skill) if s.internalize else None
+        # a skill with tools: each rollout's episode (workspace and calls) until its group is scored
+        self.episodes = Episodes() if skill.tools else None
 
     @classmethod
     async def start(cls, run: Run, skill: Skill) -> Trainer:
@@ -205,6 +209,20 @@ class Trainer:
         return max(1, -(-self.s.steps * self.s.groups_per_step // len(self.train_tasks)))
 
     def _group(self, task: Task, with_skill: bool) -> art.TrajectoryGroup:
+        if self.episodes is not None:
+            return art.TrajectoryGroup(
+                episode_rollout(
+                    self.model,
+                    self.skill,
+                    task,
+                    self.episodes,
+                    temperature=self.temperature,
+                    max_tokens=self.s.max_tokens,
+                    max_turns=self.s.max_turns,
+                    timeout=self.s.request_timeout,
+                )
+                for _ in range(self.s.rollouts_per_group)
+            )
         return art.TrajectoryGroup(
             rollout(
                 self.model,
@@ -230,8 +248,10 @@ class Trainer:
                 e.message, e.traceback = keys.redact(e.message), keys.redact(e.traceback)
             # nothing to compare within the group
             if len(group.trajectories) < 2:
+                if self.episodes is not None:
+                    self.episodes.close(*episode_keys(group.trajectories))
                 return None
-            group = await score_group(group, self.scorer, self.tasks)
+            group = await score_group(group, self.scorer, self.tasks, self.episodes)
             stats.judge_failures += int(group.trajectories[0].metrics["judge_failed"])
             stats.check_errors += int(sum(t.metrics["check_errors"] for t in group.trajectories))
             stats.no_variance += len({round(t.reward, 6) for t in group.trajectories}) == 1
@@ -261,6 +281,10 @@ class Trainer:
                 f"({type(e).__name__}: {keys.redact(str(e))[:200]}); nothing was trained on this batch, "
                 "run the same command to resume",
             )
+        finally:
+            # the workspaces of groups dropped, failed or cancelled: none outlives its batch
+            if self.episodes is not None:
+                self.episodes.close_all()
         # lost to rollout errors, or with < 2 rollouts left
         stats.dropped = len(batch) - len(groups)
         # what repeats across the step's tasks is paid for nowhere (scoring/repeats.py)
