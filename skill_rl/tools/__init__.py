@@ -7,6 +7,7 @@
     toolbox.py    Toolbox(tools, workspace).run(name, arguments) -> CallRecord; Episode (what an episode check gets)
     sandbox.py    one call in a child process: scrubbed environment, time limit, output cap
     child.py      the child: namespaces (user, network, mount, PID), resource limits, the call
+    scripted.py   play(skill, task, calls, answer) -> Played: a scripted episode (the warm start's references)
 
 Nothing here imports ART or torch; names are loaded on first use, so a tool's child process (which imports `tool`
 through the user's tools.py) stays light.
@@ -16,12 +17,14 @@ __all__ = [
     "CallRecord",
     "Episode",
     "Outside",
+    "Played",
     "Tool",
     "ToolProblem",
     "Toolbox",
     "Workspace",
     "inside",
     "load_tools",
+    "play",
     "tool",
 ]
 
@@ -36,6 +39,8 @@ _WHERE = {
     "ToolProblem": "declare",
     "tool": "declare",
     "load_tools": "loader",
+    "Played": "scripted",
+    "play": "scripted",
 }
 
 
