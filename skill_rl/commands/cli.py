@@ -12,7 +12,7 @@ from rich.table import Table
 
 from skill_rl.console import literal
 from skill_rl.errors import Exit
-from skill_rl.scoring import contract
+from skill_rl.scoring import contract, episodes
 from skill_rl.scoring.checks import is_estimate
 from skill_rl.scoring.derived import derive
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
@@ -197,7 +197,7 @@ def print_episodes(console: Console, skill: Skill) -> None:
     and the scripts of exploits.py's EPISODES against them (information, as print_contract's)."""
     refs = [t for t in skill.tasks if t.reference]
     tasks = [refs[k * len(refs) // EPISODE_TASKS] for k in range(min(EPISODE_TASKS, len(refs)))]
-    found = scripted.measure(skill, tasks)
+    found = episodes.measure(skill, tasks)
     mean = sum(found.rewards) / len(found.rewards) if found.rewards else 0.0
     failed = ", ".join(f"{name} on {n}" for name, n in found.failed.items()) or "none"
     console.print(
