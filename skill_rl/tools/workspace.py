@@ -124,6 +124,9 @@ def as_repository(path: Path, holder: Path, time_limit: float = SETUP_SECONDS) -
     first, then deleted); BrokenWorkspace, one line, when git refuses them."""
     from skill_rl.tools.sandbox import namespaces_refused, run_child
 
+    # a repository of its own would bring its config and hooks to the setup's git
+    if os.path.lexists(path / ".git"):
+        raise BrokenWorkspace(f"a workspace with {BUNDLE} may not hold a .git of its own")
     for name in (BUNDLE, STAGED):
         if not os.path.lexists(path / name):
             continue
