@@ -4,6 +4,7 @@ warm start's scripted reference episodes. Real git, real sandboxed tool calls; n
 
 import asyncio
 import json
+import re
 import subprocess
 from argparse import Namespace
 from pathlib import Path
@@ -191,6 +192,15 @@ def test_the_reference_episode_passes_every_check_and_each_exploit_script_scores
     assert found.exploits and all(below == tried == 2 for below, tried in found.exploits.values()), found.exploits
 
 
+# every task's episodes played: about a minute here
+@pytest.mark.slow
+def test_every_shipped_reference_episode_passes_and_every_exploit_script_scores_below_it_on_every_task():
+    skill = agent()
+    found = episodes.measure(skill, skill.tasks)
+    assert found.tasks == len(skill.tasks) and min(found.rewards) == 1.0 and found.failed == {}
+    assert all(below == tried == found.tasks for below, tried in found.exploits.values()), found.exploits
+
+
 def test_checks_read_the_commit_made_not_the_answer(tmp_path):
     skill = agent()
     task = next(t for t in skill.tasks if t.expect.type == "fix")
@@ -237,7 +247,12 @@ def test_the_warm_starts_examples_are_real_episodes_ending_in_the_reference_comm
             ["git", "commit"],
         ]
         # the tool results are what git printed in the workspace
-        assert "Changes to be committed" in results[0] and results[1].startswith("diff --git")
+        assert results[0].startswith("M  ") and results[1].startswith("diff --git")
+        assert all(line[:3] in ("M  ", "A  ", "D  ") for line in results[0].splitlines())
+        # the last five of the project's own messages, one a line
+        assert len(results[2].splitlines()) == 5 and all(
+            re.match(r"[0-9a-f]{7,} ", ln) for ln in results[2].splitlines()
+        )
         assert task.reference.splitlines()[0] in results[3]
         assert record["messages"][-1] == {"role": "assistant", "content": record["output"]}
     # what warmstart.jsonl keeps is a valid example line, messages and all (a resumed warm start reads it back)
@@ -309,5 +324,5 @@ def test_the_cpu_backends_sft_trains_the_scripted_calls_and_answer_but_not_the_t
     # the tools are written into the system prompt, the calls into the assistant's turns
     assert '"name": "bash"' in everything and "<tools>" in everything
     assert trained.count("<tool_call>") == 4 and "git diff --staged" in trained and records[0]["output"] in trained
-    # what git printed is in the sequence and carries no weight
-    assert "Changes to be committed" in everything and "Changes to be committed" not in trained
+    # what git printed (the staged diff) is in the sequence and carries no weight
+    assert "<tool_response>\ndiff --git" in everything and "diff --git" not in trained

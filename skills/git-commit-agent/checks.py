@@ -191,9 +191,9 @@ def reference_episode(task) -> list[tuple[str, dict]] | None:
     if not task.reference:
         return None
     return [
-        ("bash", {"command": "git status"}),
+        ("bash", {"command": "git status --short"}),
         ("bash", {"command": "git diff --staged"}),
-        ("bash", {"command": "git log -5"}),
+        ("bash", {"command": "git log --oneline -5"}),
         ("bash", {"command": shlex.join(["git", "commit", "-m", task.reference])}),
     ]
 
