@@ -244,7 +244,7 @@ def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
     if out.exists() and not args.force:
         raise MiningError(f"{display(out)} exists; pass --force to replace it, or --out another file")
     target = out.parent / WORKSPACES
-    if getattr(args, "workspaces", False) and (target.is_symlink() or target.exists() and not target.is_dir()):
+    if args.workspaces and (target.is_symlink() or target.exists() and not target.is_dir()):
         raise MiningError(f"--workspaces: {display(target)} must be a folder (or not exist yet), not a file or link")
     repo = Repo(args.tasks_from_git, max_chars=args.max_diff_chars)
     return repo, repo.revisions(args.rev, args.limit), out
@@ -257,7 +257,7 @@ def run(setup, skill: Skill) -> int:
     staging = None
     try:
         repo, shas, out = _setup(skill, args)
-        if getattr(args, "workspaces", False):
+        if args.workspaces:
             staging = Path(tempfile.mkdtemp(prefix=".skill-rl-workspaces-", dir=out.parent))
             (staging / WORKSPACES).mkdir()
         spaces = staging / WORKSPACES if staging else None
