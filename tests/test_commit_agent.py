@@ -177,6 +177,18 @@ def test_mining_workspaces_twice_writes_the_same_bytes(tmp_path, capsys):
             assert one == (tmp_path / "two" / task["workspace"] / name).read_bytes()
 
 
+def test_workspaces_beside_out_that_are_a_file_or_a_link_exit_2_and_nothing_is_written(tmp_path, capsys):
+    repo = history(tmp_path / "repo")
+    for i, make in enumerate((lambda p: p.write_text("x"), lambda p: p.symlink_to(tmp_path))):
+        out = tmp_path / f"out{i}" / "tasks.jsonl"
+        out.parent.mkdir()
+        make(out.parent / "workspaces")
+        argv = ["--skill", "git-commit-agent", "--tasks-from-git", str(repo.path), "--workspaces", "--out", str(out)]
+        assert main(argv) == 2
+        assert "must be a folder (or not exist yet)" in capsys.readouterr().err and not out.exists()
+        assert sorted(p.name for p in out.parent.iterdir()) == ["workspaces"]
+
+
 # ------------------------------------------------------------------ the checks read the episode
 
 
