@@ -492,8 +492,10 @@ def test_every_shipped_check_is_linear_on_a_pathological_5_mb_output(skill_name,
     skill = load_skill(ROOT / "skills" / skill_name)
     task = next((t for t in skill.tasks if t.expect is not None), skill.tasks[0])
     results = run_checks(skill_checks(skill), PATHOLOGICAL[case], task)
-    # no check timed out or raised
-    assert not results.errors, results.errors
+    # no check timed out or raised (a check of an episode, given none, fails without running: git-commit-agent's
+    # checks run git-commit's on the commit made, and those are held linear here on git-commit)
+    errors = {name: why for name, why in results.errors.items() if why != checks.NO_EPISODE}
+    assert not errors, errors
 
 
 # a hang guard: quadratic unfencing of 5 MB never finishes

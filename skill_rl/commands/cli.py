@@ -12,7 +12,7 @@ from rich.table import Table
 
 from skill_rl.console import literal
 from skill_rl.errors import Exit
-from skill_rl.scoring import contract
+from skill_rl.scoring import contract, episodes
 from skill_rl.scoring.checks import is_estimate
 from skill_rl.scoring.derived import derive
 from skill_rl.scoring.exploits import GENERIC, exploit_problems, skill_exploits
@@ -21,11 +21,14 @@ from skill_rl.scoring.rubric import checks_cover, reference_problems
 from skill_rl.skills import DIMENSIONS, NAME_RE, Skill, SkillError, Task, load_skill, shipped_skills_dir, skill_dirs
 from skill_rl.skills import list_skills as skill_folders
 from skill_rl.text import display, show
+from skill_rl.tools import scripted
 from skill_rl.tools.allowed import allowed_text
 
 TEMPLATE = Path(__file__).parent.parent / "template"
 # what --init writes
 TEMPLATE_FILES = ("SKILL.md", "tasks.jsonl", "checks.py")
+# --check plays the scripted episodes of this many tasks, spread over the file
+EPISODE_TASKS = 4
 
 
 def list_command(setup, skill: None) -> int:
@@ -119,7 +122,10 @@ def print_check(skill: Skill) -> int:
     print_derived(console, skill, set(checks))
     console.print(f"exploits (exploits.py): {len(skill_exploits(skill))}, plus {len(GENERIC)} generic")
     print_tools(console, skill)
-    print_contract(console, skill)
+    if scripted.has_script(skill):
+        print_episodes(console, skill)
+    else:
+        print_contract(console, skill)
     console.print("procedure:")
     for i, step in enumerate(skill.steps, 1):
         console.print(literal(f"  {i}. {step if len(step) <= 110 else step[:107] + '...'}"))
@@ -186,6 +192,26 @@ def print_tools(console: Console, skill: Skill) -> None:
         console.print(literal(f"    parameters: {json.dumps(t.parameters, sort_keys=True)}"), soft_wrap=True)
 
 
+def print_episodes(console: Console, skill: Skill) -> None:
+    """A skill with tools and scripted reference episodes: the references played for real and scored by the checks,
+    and the scripts of exploits.py's EPISODES against them (information, as print_contract's)."""
+    refs = [t for t in skill.tasks if t.reference]
+    tasks = [refs[k * len(refs) // EPISODE_TASKS] for k in range(min(EPISODE_TASKS, len(refs)))]
+    found = episodes.measure(skill, tasks)
+    mean = sum(found.rewards) / len(found.rewards) if found.rewards else 0.0
+    failed = ", ".join(f"{name} on {n}" for name, n in found.failed.items()) or "none"
+    console.print(
+        literal(
+            f"reference episodes (checks.py reference_episode), played on {found.tasks} of the {len(refs)} tasks "
+            f"with a reference, checks only: mean reward {mean:.2f}; checks failed: {failed}"
+        ),
+        soft_wrap=True,
+    )
+    for name, (below, tried) in found.exploits.items():
+        verdict = literal("  held", "") if below == tried else literal("  paid", "yellow")
+        console.print(verdict + literal(f"  {name}: below the reference on {below} of {tried} tasks"), soft_wrap=True)
+
+
 def print_contract(console: Console, skill: Skill) -> None:
     """Which exploit families the skill's checks pay (skill_rl/scoring/contract.py), and what to add: information, never a
     failure, since the contract binds the shipped skills (their tests), not a user's."""
@@ -217,15 +243,16 @@ def print_contract(console: Console, skill: Skill) -> None:
 def leaked_val_tasks(skill: Skill) -> list[str]:
     """A warning per val task whose input (whitespace aside) is a train task's: its val reward would measure
     recall of a trained task. A warning, not an error: the file is valid, and the user may mean it."""
-    train: dict[str, Task] = {}
+    # tasks that act in different workspaces are different tasks, whatever their input says
+    train: dict[tuple[str, str | None], Task] = {}
     for t in skill.split("train"):
-        train.setdefault(" ".join(t.input.split()), t)
+        train.setdefault((" ".join(t.input.split()), t.workspace), t)
     path = display(skill.tasks_path)
     return [
         f"warning: {path}:{t.line}: val task {show(t.id)} has the same input as train task {show(same.id)} "
         f"(line {same.line}): its val reward measures recall of a trained task, not the skill"
         for t in skill.split("val")
-        if (same := train.get(" ".join(t.input.split()))) is not None
+        if (same := train.get((" ".join(t.input.split()), t.workspace))) is not None
     ]
 
 

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from skill_rl.cpu import toolcalls
 from skill_rl.cpu.policy import Policy
 from skill_rl.cpu.server import Server
 from skill_rl.cpu.weights import TINY_MODEL
@@ -32,6 +33,20 @@ def _next(mask):
     shifted = mask.roll(-1, 1)
     shifted[:, -1] = False
     return shifted
+
+
+def sft_ready(trajectory, template: str | None):
+    """A warm start's example for ART's SFT tokenizer: as it is, unless it carries tools or tool messages and the
+    model's chat template does not take tools (SmolLM2's); then its messages in the Hermes format the server
+    speaks (toolcalls.py), tools and all written into the text, so the assistant's calls are trained as the model
+    writes them and the tool results, now user turns, are not."""
+    messages = trajectory.messages_and_choices
+    if not all(isinstance(m, dict) for m in messages):
+        return trajectory
+    rendered, extra = toolcalls.rendered(list(messages), trajectory.tools, template)
+    if extra or rendered == list(messages):
+        return trajectory
+    return trajectory.model_copy(update={"messages_and_choices": rendered, "tools": None})
 
 
 class CPUBackend:
@@ -228,7 +243,8 @@ class CPUBackend:
         from art.utils.model_config import get_instruction_response_parts
         from art.utils.sft import resolve_sft_batch_size
 
-        examples, tok = list(trajectories), self.policy.tokenizer
+        tok = self.policy.tokenizer
+        examples = [sft_ready(t, getattr(tok, "chat_template", None)) for t in trajectories]
         size = resolve_sft_batch_size(batch_size=config.batch_size, default_batch_size=2)
         parts = get_instruction_response_parts(model.base_model, tok)
         batches = []

@@ -20,6 +20,9 @@ secret-looking file or in whose task or message `keys.secret_in` finds a secret,
 input or reference an older task already has, names tasks `git-<sha12>`, splits by a hash of the sha (adding commits
 never moves old ones; raising --val-fraction only moves train tasks to val), validates every line
 with the normal task loader, writes the file atomically and prints a count per reason.
+
+With `--workspaces`, each task also gets a git workspace in `workspaces/<id>/` beside the file (workspaces.py: the
+touched files at the parent, the earlier commits' messages, the change staged), for a skill with tools.
 """
 
 from skill_rl.mining.git import Commit, FileChange, MiningError, Repo, Skip

@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import sys
+import tempfile
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,8 @@ from pathlib import Path
 from skill_rl.files import atomic_write, replace_problem
 from skill_rl.keys import redact, secret_in
 from skill_rl.mining.git import Commit, MiningError, Repo, Skip
+from skill_rl.mining.workspaces import FOLDER as WORKSPACES
+from skill_rl.mining.workspaces import place, write_workspace
 from skill_rl.records import refuse_inputs, skill_files
 from skill_rl.skills import Skill, parse_task_line
 from skill_rl.text import display
@@ -165,10 +169,14 @@ def mine(
     val_fraction: float,
     clean_ratio: float = 1.0,
     window: int = 50,
+    workspaces: Path | None = None,
 ) -> Mined:
-    """Every commit through the hook and the core's filters; the accepted tasks as JSONL lines, oldest first."""
+    """Every commit through the hook and the core's filters; the accepted tasks as JSONL lines, oldest first.
+    With `workspaces` (a folder, named `workspaces`, beside which the tasks are validated), each task gets a git
+    workspace there (workspaces.py) and is skipped when it cannot have one."""
     hook, expect_model = getattr(skill.checks, HOOK), getattr(skill.checks, "Expect", None)
     mined, seen, ids, clean = Mined(), set(), set(), []
+    checked_as = out if workspaces is None else workspaces.parent / out.name
     for commit in _with_later(repo.commits(shas), window):
         mined.commits += 1
         got = _candidate(commit, hook, mined)
@@ -178,13 +186,22 @@ def mine(
         task_id = f"git-{commit.sha[:12]}" if f"git-{commit.sha[:12]}" not in ids else f"git-{commit.sha}"
         fields = {k: v for k, v in got.items() if v is not None and k != "clean"}
         task = {"id": task_id, **fields, "split": split_of(commit.sha, val_fraction)}
-        line = _line(task, commit.sha, out, expect_model, mined)
-        if line is None:
-            continue
-        keys = {("input", task["input"]), ("reference", task.get("reference"))} - {("reference", None)}
+        # with workspaces the change is in the workspace: the same change twice is the duplicate
+        keys = {("input", task["input"] if workspaces is None else commit.diff), ("reference", task.get("reference"))}
+        keys -= {("reference", None)}
         # an older commit gave the same diff or the same message
         if keys & seen:
             mined.skipped["same input or reference as an older commit"] += 1
+            continue
+        if workspaces is not None:
+            if why := write_workspace(commit, workspaces / task_id):
+                mined.skipped[why] += 1
+                continue
+            task = {**task, "workspace": f"{WORKSPACES}/{task_id}"}
+        line = _line(task, commit.sha, checked_as, expect_model, mined)
+        if line is None:
+            if workspaces is not None:
+                shutil.rmtree(workspaces / task_id, ignore_errors=True)
             continue
         seen |= keys
         ids.add(task_id)
@@ -226,6 +243,9 @@ def _setup(skill: Skill, args) -> tuple[Repo, list[str], Path]:
         raise MiningError(f"--out {out}: {problem}")
     if out.exists() and not args.force:
         raise MiningError(f"{display(out)} exists; pass --force to replace it, or --out another file")
+    target = out.parent / WORKSPACES
+    if args.workspaces and (target.is_symlink() or target.exists() and not target.is_dir()):
+        raise MiningError(f"--workspaces: {display(target)} must be a folder (or not exist yet), not a file or link")
     repo = Repo(args.tasks_from_git, max_chars=args.max_diff_chars)
     return repo, repo.revisions(args.rev, args.limit), out
 
@@ -234,21 +254,30 @@ def run(setup, skill: Skill) -> int:
     """--tasks-from-git with the resolved run (config.Run): mine, write, report. Exit 0 with tasks written, 1 when
     none came out or the hook failed, 2 for bad input."""
     args = setup.settings
+    staging = None
     try:
         repo, shas, out = _setup(skill, args)
-        mined = mine(repo, shas, skill, out, args.val_fraction, args.clean_ratio, args.clean_window)
+        if args.workspaces:
+            staging = Path(tempfile.mkdtemp(prefix=".skill-rl-workspaces-", dir=out.parent))
+            (staging / WORKSPACES).mkdir()
+        spaces = staging / WORKSPACES if staging else None
+        mined = mine(repo, shas, skill, out, args.val_fraction, args.clean_ratio, args.clean_window, spaces)
+        if mined.lines:
+            atomic_write(out, "\n".join(mined.lines) + "\n")
+            if spaces:
+                place(spaces, out.parent / WORKSPACES)
     except MiningError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: nothing written", file=sys.stderr)
         return 1
-    if mined.lines:
-        try:
-            atomic_write(out, "\n".join(mined.lines) + "\n")
-        except OSError as e:
-            print(f"error: cannot write {display(out)}: {e.strerror}", file=sys.stderr)
-            return 2
+    except OSError as e:
+        print(f"error: cannot write the tasks or their workspaces: {e.strerror or e}", file=sys.stderr)
+        return 2
+    finally:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
     print(report(mined, args, out))
     for line in mined.errors:
         print(line, file=sys.stderr)

@@ -330,6 +330,12 @@ class Settings:
         "next N commits fixes its lines; default 50)",
         type=flags.count(),
     )
+    workspaces: bool = GIT(
+        False,
+        "also write a git workspace per task into workspaces/ beside --out: the touched files at the parent, the "
+        "earlier commits' messages, the change staged (docs/tools.md)",
+        **ON,
+    )
     force: bool = GIT(False, "replace --out when it exists", **ON)
 
     # fitting a GPU

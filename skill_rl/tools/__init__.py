@@ -8,6 +8,7 @@
     episodes.py   Episodes: a batch's open episodes (workspace and calls) by the id their trajectories carry
     sandbox.py    one call in a child process: scrubbed environment, time limit, output cap
     child.py      the child: namespaces (user, network, mount, PID), resource limits, the call
+    scripted.py   play(skill, task, calls, answer) -> Played: a scripted episode (the warm start's references)
 
 Nothing here imports ART or torch; names are loaded on first use, so a tool's child process (which imports `tool`
 through the user's tools.py) stays light.
@@ -18,12 +19,14 @@ __all__ = [
     "Episode",
     "Episodes",
     "Outside",
+    "Played",
     "Tool",
     "ToolProblem",
     "Toolbox",
     "Workspace",
     "inside",
     "load_tools",
+    "play",
     "tool",
 ]
 
@@ -39,6 +42,8 @@ _WHERE = {
     "ToolProblem": "declare",
     "tool": "declare",
     "load_tools": "loader",
+    "Played": "scripted",
+    "play": "scripted",
 }
 
 

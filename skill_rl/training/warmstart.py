@@ -16,6 +16,13 @@ examples, with their scores, go to `<run dir>/warmstart.jsonl` (a valid `--sft-f
 paid teacher is called once), and the run's state (ART's `state.json`) records the warm start:
 it is never applied twice, and one stopped between epochs resumes at the next epoch.
 
+A skill with tools (docs/tools.md) warm-starts from scripted reference episodes instead: its checks.py's
+`reference_episode(task)` gives the calls (inspect, then act), which are played for real in a fresh copy of the
+task's workspace through the Toolbox (skill_rl/tools/scripted.py), so the tool messages carry real results; its
+`final_answer(task)` closes the episode. Each is scored with its episode like a rollout, and the whole chat (the
+assistant's calls, the tool results, the answer) is what SFT trains on, with the skill's tools, only the
+assistant's turns weighted. Only `--sft-from references` applies to such a skill.
+
 With `--internalize` every example is trained on twice: with SKILL.md and with what `--without-skill` names
 in its place (docs/internalize.md says why).
 """
@@ -40,6 +47,7 @@ from skill_rl.files import atomic_write, read_objects
 from skill_rl.keys import MASK, redact
 from skill_rl.skills import Skill, SkillError, Task
 from skill_rl.text import display, problem, pydantic_problems, show
+from skill_rl.tools import scripted
 from skill_rl.training import history
 
 # under this key in ART's state.json (model.merge_state)
@@ -66,6 +74,8 @@ class Example(BaseModel):
     procedure: float | None = None
     correctness: float | None = None
     judged: bool | None = None
+    # a skill with tools: the episode's messages after the system prompt and the task (scripted.play)
+    messages: list[dict] | None = None
 
 
 def read_examples(path: Path, skill: Skill, problems: list[str]) -> list[Example]:
@@ -129,6 +139,11 @@ def prepare(args, skill: Skill, by_default: bool = False) -> Plan | None:
             )
     elif args.teacher:
         problems.append("error: --teacher is used only with --sft-from teacher")
+    if scripted.has_script(skill) and (plan.teacher or plan.sources != ["references"] or args.teacher):
+        problems.append(
+            f"error: --sft-from: {skill.name} acts with tools: it warm-starts from its scripted reference episodes "
+            "only (--sft-from references; docs/tools.md)"
+        )
     if "references" in plan.sources and not any(t.reference for t in skill.split("train")):
         problems.append(f"{display(skill.tasks_path)}: --sft-from references: no train task has a 'reference'")
     for source in plan.sources:
@@ -155,6 +170,8 @@ class Candidate:
     sources: list[str]
     # rubric.Score, once scored
     score: object = None
+    # a scripted episode (skill_rl/tools/scripted.py Played), for a skill with tools
+    played: object = None
 
 
 async def sample_teacher(
@@ -208,7 +225,9 @@ async def candidates(
             by_task[task_id].append(seen.setdefault((task_id, output.strip()), Candidate(output, [source])))
 
     for t in tasks if "references" in plan.sources else []:
-        if t.reference:
+        if scripted.has_script(skill):
+            await _add_episode(t, skill, by_task, counts)
+        elif t.reference:
             add(t.id, t.reference, "reference")
     for ex in plan.from_files:
         add(ex.task_id, ex.output, "file")
@@ -222,6 +241,22 @@ async def candidates(
                 else:
                     add(task_id, text, "teacher")
     return by_task, failed
+
+
+async def _add_episode(task: Task, skill: Skill, by_task: dict[str, list[Candidate]], counts: dict) -> None:
+    """The task's scripted reference episode as a candidate, played for real (in a thread: tools are synchronous)."""
+    if task.id not in by_task:
+        counts["too long"] += 1
+        return
+    played = await asyncio.to_thread(scripted.reference, skill, task)
+    if played is None:
+        return
+    counts["reference"] += 1
+    if quotes_key(json.dumps(played.messages), "reference"):
+        counts["quoting an API key"] += 1
+        played.close()
+        return
+    by_task[task.id].append(Candidate(played.output, ["reference"], played=played))
 
 
 def select(cands: list[Candidate], min_reward: float, counts: dict) -> list[Candidate]:
@@ -258,8 +293,15 @@ async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dic
 
     async def score(task: Task):
         nonlocal judge_failures
+        cands = by_task[task.id]
+        episodes = [c.played.episode if c.played else None for c in cands] if any(c.played for c in cands) else None
         async with gate:
-            result = await scorer.score(task, [c.output for c in by_task[task.id]])
+            try:
+                result = await scorer.score(task, [c.output for c in cands], episodes)
+            finally:
+                for c in cands:
+                    if c.played:
+                        c.played.close()
         judge_failures += result.judge_failed
         for c, s in zip(by_task[task.id], result.scores):
             c.score = s
@@ -275,6 +317,7 @@ async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dic
             "procedure": c.score.procedure,
             "correctness": c.score.correctness,
             "judged": c.score.judged,
+            **({"messages": c.played.messages} if c.played else {}),
         }
         for t in tasks
         for c in select(by_task[t.id], args.teacher_min_reward, counts)
@@ -312,12 +355,14 @@ def _trajectories(skill: Skill, records: list[dict], without: str | None = None)
     """One chat per example; `without` (--internalize): two, with SKILL.md and with that in its place."""
     import art
 
+    tools = [t.schema() for t in skill.tools] or None
     return [
         art.Trajectory(
             messages_and_choices=[
                 *prompts.messages(skill, skill.task(r["task_id"]), with_skill, without or "stub"),
-                {"role": "assistant", "content": r["output"]},
+                *(r.get("messages") or [{"role": "assistant", "content": r["output"]}]),
             ],
+            tools=tools if r.get("messages") else None,
             reward=r["reward"] or 0.0,
             metadata={"task_id": r["task_id"], "source": r["source"] or "file"},
         )
