@@ -204,12 +204,14 @@ def test_the_reference_episode_passes_every_check_and_each_exploit_script_scores
     assert found.exploits and all(below == tried == 2 for below, tried in found.exploits.values()), found.exploits
 
 
-# every task's episodes played: about a minute here
+# every other task's episodes played, the train and val tasks alike (all 29: about a minute here, so CI plays half)
 @pytest.mark.slow
 def test_every_shipped_reference_episode_passes_and_every_exploit_script_scores_below_it_on_every_task():
     skill = agent()
-    found = episodes.measure(skill, skill.tasks)
-    assert found.tasks == len(skill.tasks) and min(found.rewards) == 1.0 and found.failed == {}
+    tasks = skill.tasks[::2]
+    found = episodes.measure(skill, tasks)
+    assert {t.split for t in tasks} == {"train", "val"}
+    assert found.tasks == len(tasks) and min(found.rewards) == 1.0 and found.failed == {}
     assert all(below == tried == found.tasks for below, tried in found.exploits.values()), found.exploits
 
 

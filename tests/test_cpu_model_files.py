@@ -225,10 +225,14 @@ def test_a_gguf_base_model_is_converted_once_and_later_loads_read_the_conversion
         assert torch.equal(first(**ids).logits, second(**ids2).logits)
     assert second.name_or_path == second.config._name_or_path == tokenizer2.name_or_path == folder
 
-    # the same bytes elsewhere (another venv's copy of the package): the same conversion, none made
+    # the same bytes under another path (another venv's copy of the package): the same conversion, none made
     elsewhere = tmp_path / "another-venv"
     elsewhere.mkdir()
-    shutil.copyfile(Path(folder) / gguf, elsewhere / gguf)
+    try:
+        os.link(Path(folder) / gguf, elsewhere / gguf)
+    # another file system: a copy
+    except OSError:
+        shutil.copyfile(Path(folder) / gguf, elsewhere / gguf)
     weights.load_base.cache_clear()
     _, third = weights.load_base(str(elsewhere), gguf)
     assert third.name_or_path == str(elsewhere) and [kept] == list((tmp_path / "hf" / "skill-rl-gguf").iterdir())
