@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from cpu_learning import val_samples  # noqa: E402
-from machine import cpu_workdir, git_commit_cpu  # noqa: E402
+from machine import cpu_workdir, git_commit_cpu, served_eval  # noqa: E402
 
 import train_skill  # noqa: E402
 from skill_rl import cpu  # noqa: E402
@@ -55,26 +55,12 @@ def greedy(a, run_dir: Path, work: Path) -> list[dict]:
     try:
         with contextlib.chdir(work), contextlib.redirect_stdout(sys.stderr):
             train_skill.main(
-                [
-                    "--skills-dir",
-                    str(SKILLS),
-                    "--skill",
-                    "git-commit",
-                    "--eval",
-                    "--judge",
-                    "none",
-                    "--quiet",
-                    "--limit",
-                    str(a.val_tasks),
-                    "--model",
-                    f"trained@{server.url}",
-                    "--api-key",
-                    server.api_key,
-                    "--max-tokens",
-                    str(cpu.DEFAULTS["max_tokens"]),
-                    "--out",
-                    str(work / "eval"),
-                ]
+                served_eval(
+                    server,
+                    work / "eval",
+                    *("--quiet", "--limit", str(a.val_tasks), "--max-tokens", str(cpu.DEFAULTS["max_tokens"])),
+                    names=("trained",),
+                )
             )
     finally:
         server.close()

@@ -35,20 +35,9 @@ def git_commit_cpu(*flags: str) -> list[str]:
     return ["--skills-dir", str(SKILLS), "--skill", "git-commit", "--backend", "cpu", "--judge", "none", *flags]
 
 
-def served_eval(server, out: Path, *flags: str) -> list[str]:
-    """train_skill.py's arguments for --eval of git-commit, by its checks alone, of the base model (`base`) and a
-    run's checkpoint (`trained`) behind `server` (cpu.serve_checkpoint), written to `out`."""
-    models = ("--model", f"base@{server.url}", "--model", f"trained@{server.url}", "--api-key", server.api_key)
-    return [
-        "--skills-dir",
-        str(SKILLS),
-        "--skill",
-        "git-commit",
-        "--eval",
-        "--judge",
-        "none",
-        *models,
-        "--out",
-        str(out),
-        *flags,
-    ]
+def served_eval(server, out: Path, *flags: str, names: tuple[str, ...] = ("base", "trained")) -> list[str]:
+    """train_skill.py's arguments for --eval of git-commit, by its checks alone, of the models behind `server`
+    (cpu.serve_checkpoint: `base`, the base model, and `trained`, the run's checkpoint), written to `out`."""
+    models = [word for name in names for word in ("--model", f"{name}@{server.url}")]
+    evaluating = ("--skills-dir", str(SKILLS), "--skill", "git-commit", "--eval", "--judge", "none")
+    return [*evaluating, *models, "--api-key", server.api_key, "--out", str(out), *flags]
