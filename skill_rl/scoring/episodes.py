@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skill_rl.scoring.checks import run_checks
-from skill_rl.scoring.rubric import score_offline, skill_checks
+from skill_rl.scoring.rubric import score_offline
 from skill_rl.tools.scripted import Played, play, reference
 
 
@@ -24,8 +23,9 @@ class Measured:
 
 
 def _scored(skill, task, played: Played):
-    results = run_checks(skill_checks(skill), played.output, task, played.episode)
-    return score_offline(skill, task, [played.output], [played.episode])[0].reward, results
+    """The episode's reward and its checks' results, the checks run once (a Score keeps the results it folded)."""
+    score = score_offline(skill, task, [played.output], [played.episode])[0]
+    return score.reward, score.checks
 
 
 def measure(skill, tasks: list) -> Measured:
