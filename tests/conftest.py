@@ -85,6 +85,17 @@ def contract_skill(name: str, where: Path) -> Path:
 TORCH_WHILE_COLLECTING = []
 
 
+# The slow tier's longest modules (CI's --durations: 40-120 s of one worker each, the export's three tests bound to
+# one worker by their xdist group). xdist hands tests out in collection order, so these go first: collected in
+# file order, the export started two thirds of the way through and finished alone, the other workers idle.
+LONGEST_FIRST = ("test_export.py", "test_cpu_model_files.py", "test_user_skill.py", "test_cpu.py", "test_runs.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_collection_finish(session):
     if "torch" in sys.modules:
         TORCH_WHILE_COLLECTING.append(True)

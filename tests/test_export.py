@@ -407,6 +407,23 @@ def test_a_killed_exports_partial_folder_is_removed_by_the_next_and_a_live_ones_
 
 
 @needs_safetensors
+def test_force_replaces_an_earlier_export_whole_unless_a_file_was_added_inside_it(in_tmp, capsys, no_merge):
+    fake_run(in_tmp)
+    assert export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")[0] == 0
+    (in_tmp / "out" / "merged" / "stale.bin").write_text("x")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--force")
+    assert code == 2 and "merged/stale.bin" in one_line(err)
+    assert (in_tmp / "out" / "merged" / "stale.bin").read_text() == "x"
+    (in_tmp / "out" / "merged" / "stale.bin").unlink()
+    (in_tmp / "out" / "README.md").write_text("the earlier card")
+    code, _, err = export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y", "--force")
+    assert code == 0, err
+    assert (in_tmp / "out" / "README.md").read_text() != "the earlier card"
+    # no partial or old folder left
+    assert sorted(p.name for p in in_tmp.iterdir() if p.name.startswith(".out")) == []
+
+
+@needs_safetensors
 def test_an_earlier_export_moved_aside_by_a_killed_export_is_put_back(in_tmp, capsys, no_merge):
     fake_run(in_tmp)
     assert export_cmd(capsys, "--export", "out", "--run-name", RUN, "--base-model", "x/y")[0] == 0
@@ -742,15 +759,6 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     assert 'PARAMETER stop "<|im_end|>"' in modelfile and "{{ .Content }}<|im_end|>" in modelfile
     manifest = json.loads((out / export.MANIFEST).read_text())
     assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-
-    # an earlier export's folder with a file added: refused
-    (out / "merged" / "stale.bin").write_text("x")
-    code, _, err = export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")
-    assert code == 2 and "merged/stale.bin" in err
-    (out / "merged" / "stale.bin").unlink()
-    assert export_cmd(capsys, "--export", str(out), "--backend", "cpu", "--force")[0] == 0
-    # no partial or old folder left
-    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".out")) == []
 
 
 @pytest.mark.parametrize(
