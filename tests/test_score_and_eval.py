@@ -308,3 +308,36 @@ def test_checkpoint_without_export_or_a_cpu_eval_is_refused(tmp_path, capsys, mo
     )
     assert main(["--skill", "git-commit", "--eval", "--model", "m@http://127.0.0.1:9/v1", "--checkpoint", "best"]) == 2
     assert "--checkpoint goes with --export DIR, or with --eval --backend cpu (no --model)" in capsys.readouterr().err
+
+
+def test_the_wilson_interval_stays_inside_0_1_and_narrows_with_more_episodes():
+    from skill_rl.scoring.report import wilson
+
+    assert wilson(0, 0) is None
+    low, high = wilson(0, 10)
+    assert low == 0.0 and 0.27 < high < 0.28
+    low, high = wilson(5, 10)
+    assert abs(low - 0.2366) < 1e-3 and abs(high - 0.7634) < 1e-3
+    assert wilson(10, 10)[1] == 1.0 and 0.72 < wilson(10, 10)[0] < 0.73
+    wide, narrow = wilson(12, 24), wilson(48, 96)
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+
+
+def test_gates_passed_counts_outputs_failing_no_gate_and_a_gate_that_did_not_apply_fails_nothing():
+    from types import SimpleNamespace
+
+    from skill_rl.scoring.report import gates_passed
+
+    def fn(name, gate):
+        f = lambda output, task: True  # noqa: E731
+        f.__name__, f.gate = name, gate
+        return f
+
+    scorer = SimpleNamespace(fns=[fn("one_commit", True), fn("conventional", True), fn("wrapped", False)])
+    metrics = [
+        {"check/one_commit": 1.0, "check/conventional": 1.0, "check/wrapped": 0.0},
+        {"check/one_commit": 0.0, "check/conventional": 1.0},
+        {"check/one_commit": 1.0, "check/conventional": 0.0},
+        {"check/one_commit": 1.0},
+    ]
+    assert gates_passed(metrics, scorer) == (["one_commit", "conventional"], 2)

@@ -5,6 +5,7 @@ data), and no episode's workspace outlives its run. The skill is written as docs
 --init template, an `allowed-tools` line, the page's tools.py and check of an episode, a workspace folder."""
 
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -295,6 +296,11 @@ def test_training_a_tool_skill_scores_whole_episodes_and_leaves_no_workspace(
     (step,) = [json.loads(x) for x in next((tmp_path / ".art").rglob("dryrun.jsonl")).read_text().splitlines()]
     assert "count" in step["tools"] and max(n for group in step["turns"] for n in group) == 2
     assert not list(temp.glob("skill-rl-ws-*"))
+    # each validation says how many episodes passed every gate, out of its tasks x rollouts
+    gates = re.findall(r"val +\d+ \| every gate passed \((.+?)\): (\d+) of (\d+) episodes, ", ran.stdout)
+    vals = re.findall(r"val +\d+ \| reward .* \| (\d+) tasks x (\d+) \|", ran.stdout)
+    assert gates and len(gates) == len(vals)
+    assert all(int(n) == int(t) * int(r) and int(k) <= int(n) for (_, k, n), (t, r) in zip(gates, vals))
 
 
 @pytest.mark.slow

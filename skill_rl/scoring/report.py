@@ -5,6 +5,7 @@ chart (bar_chart), and what SKILL.md and a shorter prompt change (uplift, saving
 from __future__ import annotations
 
 import io
+import math
 import random
 from pathlib import Path
 
@@ -20,6 +21,24 @@ def bootstrap(values: list[float], reps: int = 1000, seed: int = 0) -> tuple[flo
     rng, n = random.Random(seed), len(values)
     means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(reps))
     return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
+
+
+def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The 95 % Wilson score interval of the share passed/n (None for n = 0): unlike the normal approximation it
+    stays inside 0-1 and does not shrink to a point at 0 or n passed."""
+    if n <= 0:
+        return None
+    p, z2 = passed / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def gates_passed(metrics: list[dict], scorer: Scorer) -> tuple[list[str], int]:
+    """The scorer's gate checks, and how many of the outputs (Score.metrics each) failed none of them; a gate that did
+    not apply to an output (no metric) is not failed. For a tool skill: the episodes that did what the skill is for
+    (git-commit-agent: exactly one commit, and a Conventional Commits message)."""
+    gates = [f.__name__ for f in scorer.fns if getattr(f, "gate", False)]
+    return gates, sum(all(m.get(f"check/{g}", 1.0) >= 1.0 for g in gates) for m in metrics)
 
 
 def summarize(label: str, metrics: list[dict], scorer: Scorer, failures: int = 0) -> dict:

@@ -22,7 +22,7 @@ from skill_rl import keys, progress, prompts
 from skill_rl.console import clean
 from skill_rl.errors import Exit
 from skill_rl.scoring import categories
-from skill_rl.scoring.report import print_table, summarize
+from skill_rl.scoring.report import gates_passed, print_table, summarize, wilson
 from skill_rl.scoring.reward import Scorer
 from skill_rl.settings import configfile
 from skill_rl.skills import DIMENSIONS, Skill, Task
@@ -375,9 +375,21 @@ class Trainer:
             + f" | {time.perf_counter() - started:.1f} s",
             flush=True,
         )
+        if self.skill.tools and scores:
+            print(self.gates_line(step, scores), flush=True)
         self.val_results.append((step, groups))
         await self.answers(step, groups)
         return mean
+
+    def gates_line(self, step: int, scores) -> str:
+        """A tool skill's validation: how many episodes passed every gate (git-commit-agent: exactly one commit with a
+        Conventional Commits message), with the share's 95 % interval, the figure a rehearsal should raise."""
+        gates, passed = gates_passed([t.metrics for t in scores], self.scorer)
+        low, high = wilson(passed, len(scores))
+        return (
+            f"val  {step:>4} | every gate passed ({', '.join(gates) or 'none'}): {passed} of {len(scores)} episodes, "
+            f"{passed / len(scores):.2f} (95 % {low:.2f}-{high:.2f})"
+        )
 
     async def answers(self, step: int, groups) -> None:
         """The validation's categorical fields (a commit's types, a review's verdicts), printed beside its reward; with --prune-collapsed, while the monitor sees a field constant, the checkpoints worse on
