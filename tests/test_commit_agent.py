@@ -252,14 +252,14 @@ def test_the_warm_starts_examples_are_real_episodes_ending_in_the_reference_comm
     assert failures == 0 and [r["task_id"] for r in records] == [t.id for t in tasks]
     for record, task in zip(records, tasks):
         assert record["reward"] == 1.0 and record["output"] == f"Committed: {task.reference.splitlines()[0]}"
-        calls = [m for m in record["messages"] if m.get("tool_calls")]
+        asking = [m["tool_calls"] for m in record["messages"] if m.get("tool_calls")]
         results = [m["content"] for m in record["messages"] if m["role"] == "tool"]
-        assert [json.loads(c["tool_calls"][0]["function"]["arguments"])["command"].split()[:2] for c in calls] == [
-            ["git", "status"],
-            ["git", "diff"],
-            ["git", "log"],
-            ["git", "commit"],
-        ]
+        # the three inspecting commands asked in one message, then the commit: three turns
+        commands = [[json.loads(c["function"]["arguments"])["command"].split()[:2] for c in calls] for calls in asking]
+        assert commands == [[["git", "status"], ["git", "diff"], ["git", "log"]], [["git", "commit"]]]
+        # each call answered in order, by its id
+        ids = [c["id"] for calls in asking for c in calls]
+        assert [m["tool_call_id"] for m in record["messages"] if m["role"] == "tool"] == ids and len(set(ids)) == 4
         # the tool results are what git printed in the workspace
         assert results[0].startswith("M  ") and results[1].startswith("diff --git")
         assert all(line[:3] in ("M  ", "A  ", "D  ") for line in results[0].splitlines())

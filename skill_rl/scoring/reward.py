@@ -28,6 +28,7 @@ from skill_rl.scoring.injection import addresses_grader, normalise
 from skill_rl.scoring.rubric import Score, clamp, combine, skill_checks
 from skill_rl.scoring.usage import JudgeUsage, recording
 from skill_rl.skills import Skill, Task
+from skill_rl.tools.toolbox import answer
 
 DEFAULT_JUDGE = "openai/gpt-4.1-mini"
 # characters of one judge explanation kept in scores, records and logs
@@ -158,13 +159,12 @@ def _messages(skill: Skill, task: Task, cand: str | tuple) -> list[dict]:
             "type": "function",
             "function": {"name": _as_data(name), "arguments": _as_data(arguments)},
         }
-        answered = f"error: {error}" if error else result
         messages += [
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {
                 "role": "tool",
                 "tool_call_id": f"call_{i}",
-                "content": f"{TOOL_OPEN}\n{_as_data(answered)}\n{TOOL_CLOSE}",
+                "content": f"{TOOL_OPEN}\n{_as_data(answer(result, error))}\n{TOOL_CLOSE}",
             },
         ]
     return messages + [{"role": "assistant", "content": _as_data(output)}]

@@ -3,8 +3,9 @@ workspace, as the chat a policy would have had (docs/tools.md, "Scripted episode
 
 A skill with tools gives its scripts in checks.py:
 
-    def reference_episode(task) -> list[tuple[str, dict]] | None    the calls, in order: (tool name, arguments)
-    def final_answer(task) -> str                                    the answer that closes the episode
+    def reference_episode(task) -> list | None    the calls, in order: (tool name, arguments), or a list of
+                                                    such calls made together in one message
+    def final_answer(task) -> str                  the answer that closes the episode
 
 The warm start fine-tunes on the reference episodes (their tool messages carry the real results), and `--check`
 scores them with the skill's checks of an episode; an exploits.py may name scripts of the same form in `EPISODES`
@@ -42,24 +43,23 @@ def has_script(skill) -> bool:
     return bool(skill.tools) and callable(getattr(skill.checks, SCRIPT, None))
 
 
-def play(skill, task, calls: list[tuple[str, dict]], answer: str) -> Played:
-    """Run `calls` in a fresh copy of the task's workspace, one assistant message per call, each answered by a tool
-    message with the call's real result (or `error: ...`), then `answer` as the last assistant message."""
+def play(skill, task, calls: list, answer: str) -> Played:
+    """Run `calls` in a fresh copy of the task's workspace, one assistant message per entry (a call, or a list of calls
+    made together), each call answered by a tool message as a policy's would be (its real result, or `error: ...`), in order; then
+    `answer` as the last assistant message."""
     workspace = Workspace.fresh(skill.workspace_of(task))
     try:
         box, messages = Toolbox(skill.tools, workspace), []
-        for i, (name, arguments) in enumerate(calls):
-            text = json.dumps(arguments, ensure_ascii=False)
-            record = box.run(name, text)
-            call_id = f"call_{i}"
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}],
-                }
-            )
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": record.result})
+        for i, entry in enumerate(calls):
+            together = entry if isinstance(entry, list) else [entry]
+            asked, answered = [], []
+            for j, (name, arguments) in enumerate(together):
+                text = json.dumps(arguments, ensure_ascii=False)
+                record = box.run(name, text)
+                call_id = f"call_{i}_{j}" if isinstance(entry, list) else f"call_{i}"
+                asked.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": text}})
+                answered.append({"role": "tool", "tool_call_id": call_id, "content": record.answer})
+            messages += [{"role": "assistant", "content": "", "tool_calls": asked}, *answered]
         messages.append({"role": "assistant", "content": answer})
         return Played(messages, answer, box.episode(), workspace)
     except BaseException:

@@ -25,6 +25,12 @@ from skill_rl.tools.sandbox import Outcome, git_argv, namespaces_refused, run_ch
 from skill_rl.tools.workspace import Outside, Workspace, inside
 
 
+def answer(result: str, error: str | None) -> str:
+    """What a call is answered with: its result, or `error: <why>` when it failed. The policy's turns, the warm
+    start's scripted episodes and the judge's copy of an episode all answer a call with this."""
+    return f"error: {error}" if error else result
+
+
 class CallRecord(BaseModel):
     """One tool call of an episode, in the order made."""
 
@@ -37,6 +43,11 @@ class CallRecord(BaseModel):
     # None, or one line saying why the call failed
     error: str | None = None
     seconds: float = 0.0
+
+    @property
+    def answer(self) -> str:
+        """What the policy read back for this call (`answer`)."""
+        return answer(self.result, self.error)
 
     @cached_property
     def args(self) -> dict:

@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from skill_rl.endpoints import whole
 from skill_rl.keys import EchoedKey, redact, secret_in
+from skill_rl.tools.toolbox import answer
 
 
 class CallRecordLike(Protocol):
@@ -154,8 +155,7 @@ async def run_one(name: str, arguments: str, names: set[str], run_call: RunCall,
 
 def tool_message(call_id: str, call: Call) -> dict:
     """The answer to one call, as the policy reads it next."""
-    content = f"error: {call.error}" if call.error else call.result
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+    return {"role": "tool", "tool_call_id": call_id, "content": answer(call.result, call.error)}
 
 
 async def take_turns(ask: Ask, messages: list[dict], tools: list[dict], run_call: RunCall, max_turns: int) -> Turns:

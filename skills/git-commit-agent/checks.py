@@ -185,15 +185,18 @@ def task_from_commit(commit) -> dict | str:
     return got if isinstance(got, str) else {**got, "input": INSTRUCTION}
 
 
-def reference_episode(task) -> list[tuple[str, dict]] | None:
-    """The warm start's scripted episode for a task: inspect, then commit the reference message (the calls, in
-    order, as (tool, arguments); the final answer is `final_answer`)."""
+def reference_episode(task) -> list | None:
+    """The warm start's scripted episode for a task: inspect (steps 1-3, asked together in one message), then commit
+    the reference message: the messages' calls, in order, as (tool, arguments); the final answer is `final_answer`.
+    Three turns rather than five: each turn reads the whole chat again, so on a CPU an episode costs its turns."""
     if not task.reference:
         return None
     return [
-        ("bash", {"command": "git status --short"}),
-        ("bash", {"command": "git diff --staged"}),
-        ("bash", {"command": "git log --oneline -5"}),
+        [
+            ("bash", {"command": "git status --short"}),
+            ("bash", {"command": "git diff --staged"}),
+            ("bash", {"command": "git log --oneline -5"}),
+        ],
         ("bash", {"command": shlex.join(["git", "commit", "-m", task.reference])}),
     ]
 
