@@ -93,3 +93,17 @@ def test_a_loaded_machine_gets_the_longer_figure_the_load_and_the_threads():
         loaded
         == "about 30 min here: other work keeps 1.0 of 2 cores busy, so it runs on 1 torch thread (15 min on 2 idle cores)"
     )
+
+
+def test_a_skill_with_tools_is_estimated_from_its_own_measured_episodes():
+    s = settings(**presets.TOOL_DEFAULTS, eval_every=1000)
+    text = presets.estimated_seconds(s, 7, 22)
+    tools = presets.estimated_seconds(s, 7, 22, tools=True)
+    # the base model, after the warm start, the end: 6 val tasks (--limit) each, the base's episodes cheaper
+    parts = (
+        presets.STARTUP_SECONDS
+        + s.steps * presets.TOOL_STEP_SECONDS
+        + 6 * (2 * presets.TOOL_VAL_TASK_SECONDS + presets.TOOL_BASE_VAL_TASK_SECONDS)
+        + 22 * s.sft_epochs * presets.TOOL_SFT_EXAMPLE_SECONDS
+    )
+    assert tools == pytest.approx(parts) and tools > 2 * text

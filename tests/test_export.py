@@ -314,6 +314,8 @@ def test_the_card_carries_the_eval_table_with_its_judge_and_both_images(in_tmp, 
         "results/git-commit",
     )
     assert code == 0, err
+    # without --gguf, Ollama is pointed at the merged folder
+    assert "FROM ./merged" in (in_tmp / "out" / "Modelfile").read_text()
     card = (in_tmp / "out" / "README.md").read_text()
     tables, images = card_tables_and_images(card)
     scored = [t for t in tables if t[0][:2] == ["model", "n"]]
@@ -614,12 +616,13 @@ def cpu_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(cpu_run):
-    """The run exported once to `out` (a merge takes a while): the exit status, stdout and stderr."""
+    """The run exported once to `out`, with an F16 GGUF file (a merge takes a while, and each test reads what one
+    export wrote): the exit status, stdout and stderr."""
     root, *_ = cpu_run
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         mp.chdir(root)
-        code = train_skill.main(["--skill", "git-commit", "--export", "out", "--backend", "cpu"])
+        code = train_skill.main(["--skill", "git-commit", "--export", "out", "--backend", "cpu", "--gguf"])
     return code, out.getvalue(), err.getvalue()
 
 
@@ -668,7 +671,7 @@ def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(c
 @pytest.mark.slow
 @needs_cpu
 @pytest.mark.xdist_group("cpu_run")  # one worker builds the module's CPU run once
-def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merged_model(cpu_run, monkeypatch, capsys):
+def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merged_model(cpu_run, exported):
     """F16: the same greedy tokens as the merged model on 3 val prompts, and its tokenizer and chat template; Q8_0:
     the same tensors as the F16 file, each weight within Q8_0's rounding of F16's (one scale per 32 values: under
     1 % of a tensor's max), read with gguf's own reader (the F16 file is the one checked against the merged model)."""
@@ -679,12 +682,11 @@ def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merge
     from skill_rl.skills import find_skill, load_skill, skill_dirs
 
     root, *_ = cpu_run
-    monkeypatch.chdir(root)
     skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
     tasks = skill.split("val")[:3]
-    code, out, err = export_cmd(capsys, "--export", "gguf-f16", "--backend", "cpu", "--gguf")
+    code, out, err = exported
     assert code == 0 and "merged/, model-f16.gguf, README.md" in out, err
-    folder = root / "gguf-f16"
+    folder = root / "out"
     assert "FROM ./model-f16.gguf" in (folder / "Modelfile").read_text()
     card = (folder / "README.md").read_text()
     assert "| `model-f16.gguf` |" in card and "FROM ./model-f16.gguf" in card and "llama-cli -m model-f16.gguf" in card
@@ -755,7 +757,7 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     tables, images = card_tables_and_images(card)
     assert images == ["rewards.png"] and ["val/reward", "0.420"] in [row for table in tables for row in table]
     modelfile = (out / "Modelfile").read_text()
-    assert "FROM ./merged" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
+    assert "FROM ./model-f16.gguf" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
     assert 'PARAMETER stop "<|im_end|>"' in modelfile and "{{ .Content }}<|im_end|>" in modelfile
     manifest = json.loads((out / export.MANIFEST).read_text())
     assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())

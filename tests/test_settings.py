@@ -13,6 +13,7 @@ import train_skill
 from skill_rl import cpu, settings
 from skill_rl.commands import config
 from skill_rl.settings import PRESETS, Settings
+from skill_rl.skills import find_skill, load_skill, skill_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
@@ -57,8 +58,10 @@ def test_every_default_a_help_text_states_is_the_fields_own(name):
     declared = PRESETS.get(name, f.default)
     for stated in re.findall(r"\bdefault ([0-9][0-9.e+-]*[0-9])", text):
         assert float(stated) == declared, (name, stated, declared)
-    for stated in re.findall(r"\bcpu ([0-9][0-9.e+-]*[0-9]|[0-9])", text):
+    for stated in re.findall(r"(?<!on )\bcpu ([0-9][0-9.e+-]*[0-9]|[0-9])", text):
         assert float(stated) == cpu.DEFAULTS[name], (name, stated)
+    for stated in re.findall(r"\ba skill with tools on cpu ([0-9]+)", text):
+        assert float(stated) == cpu.TOOL_DEFAULTS[name], (name, stated)
 
 
 def test_the_presets_fill_only_what_was_left_out():
@@ -67,6 +70,13 @@ def test_the_presets_fill_only_what_was_left_out():
     assert gpu.steps == rehearsal.steps == 3 and given.max_tokens is None
     assert gpu.max_tokens == PRESETS["max_tokens"] and rehearsal.max_tokens == cpu.DEFAULTS["max_tokens"]
     assert rehearsal.limit == cpu.DEFAULTS["limit"] and gpu.limit is None
+    # a skill with tools: its own CPU defaults over the rehearsal's, the flags given kept
+    agent = load_skill(find_skill(skill_dirs(None), "git-commit-agent"))
+    acting = config.presets(given, "cpu", agent)
+    assert acting.steps == 3 and acting.max_tokens == cpu.TOOL_DEFAULTS["max_tokens"]
+    assert (acting.max_turns, acting.sft_epochs) == (cpu.TOOL_DEFAULTS["max_turns"], cpu.TOOL_DEFAULTS["sft_epochs"])
+    assert (rehearsal.max_turns, rehearsal.sft_epochs) == (gpu.max_turns, gpu.sft_epochs) == (6, 1)
+    assert config.presets(given, "local", agent).max_tokens == PRESETS["max_tokens"]
 
 
 def test_cli_md_flag_tables_are_what_the_generator_prints(tmp_path, capsys):

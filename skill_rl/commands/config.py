@@ -226,7 +226,9 @@ def presets(s: Settings, kind: str | None, skill: Skill | None = None) -> Settin
 
     if kind == "cpu" and s.sft is None and skill and not s.sft_from:
         s = replace(s, sft=any(t.reference for t in skill.split("train")))
-    table = cpu.DEFAULTS if kind == "cpu" else PRESETS
+    table = PRESETS
+    if kind == "cpu":
+        table = {**PRESETS, **cpu.DEFAULTS, **(cpu.TOOL_DEFAULTS if skill and skill.tools else {})}
     return default_judge(replace(s, **{k: v for k, v in table.items() if getattr(s, k) is None}), kind)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from skill_rl.cpu.weights import TINY_MODEL, busy_cores, locate, quiet_threads, threads
 from skill_rl.prompts import Fade
-from skill_rl.settings.defaults import CPU_DEFAULTS
+from skill_rl.settings.defaults import CPU_DEFAULTS, CPU_TOOL_DEFAULTS
 
 # Short runs that finish on two CPU cores; every one can be overridden by its flag. The tiny base model
 # never writes a Conventional Commits header (0 of 192 samples), so RL alone has nothing to rank: a
@@ -17,6 +17,8 @@ from skill_rl.settings.defaults import CPU_DEFAULTS
 # (at 5e-5 or 2e-4 it does not; README, "Learning on CPU"). Validation takes the first 6 val tasks.
 # RL's rate, 3e-4, was picked, not tuned: the one run measured (README) is all we know of it.
 DEFAULTS = CPU_DEFAULTS
+# a skill with tools: these over DEFAULTS
+TOOL_DEFAULTS = CPU_TOOL_DEFAULTS
 
 
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
@@ -41,9 +43,22 @@ STEP_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS, STARTUP_SECONDS = 49, 4.5, 
 WITHOUT_SKILL_STEP_SHARE = 0.68
 
 
-def estimated_seconds(args, val_tasks: int, train_tasks: int) -> float:
+# A skill with tools (TOOL_DEFAULTS), measured the same way on git-commit-agent (docs/cpu-learning.md, "A skill that
+# acts"): an RL step of 16 episodes of up to 4 turns of 160 tokens, each turn reading a chat of 1.5-3k tokens (265 s),
+# a val task's 4 episodes after the warm start (208 s for 6 tasks), the base model's (72 s for 6: it writes no call,
+# so its episodes end at the first turn), a warm-start example's epoch (3 epochs of 22 in 436 s).
+TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS = 265, 34.7, 12.0, 6.6
+
+
+def estimated_seconds(args, val_tasks: int, train_tasks: int, tools: bool = False) -> float:
     """How long a CPU run with these settings takes on the quiet 2-core machine the constants above were measured
-    on: startup, the warm start's examples, the RL steps (cheaper without SKILL.md), the validations."""
+    on: startup, the warm start's examples, the RL steps (cheaper without SKILL.md), the validations; `tools`: a
+    skill with tools, whose episodes take turns."""
+    step, val_task, base_val_task, sft_example = (
+        (TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS)
+        if tools
+        else (STEP_SECONDS, VAL_TASK_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS)
+    )
     per_step = (
         args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
     )
@@ -60,18 +75,16 @@ def estimated_seconds(args, val_tasks: int, train_tasks: int) -> float:
     validations = (
         (2 * warm if warm else int(internal)) + sum(s % args.eval_every == 0 for s in range(warm + 1, last)) + 1
     )
-    val = (
-        min(val_tasks, args.limit or val_tasks)
-        * VAL_TASK_SECONDS
-        * args.rollouts_per_group
-        / DEFAULTS["rollouts_per_group"]
-        * (2 if internal else 1)
-    )
+    rows = min(val_tasks, args.limit or val_tasks) * args.rollouts_per_group / DEFAULTS["rollouts_per_group"]
+    val = rows * val_task * (2 if internal else 1)
+    # the base model's validation (step 0), before a warm start or an internalized run
+    base = rows * (base_val_task - val_task) * (2 if internal else 1) if (warm or internal) else 0.0
     return (
         STARTUP_SECONDS
-        + args.steps * STEP_SECONDS * per_step
+        + args.steps * step * per_step
         + validations * val
-        + warm * train_tasks * args.sft_epochs * SFT_EXAMPLE_SECONDS * (2 if internal else 1)
+        + base
+        + warm * train_tasks * args.sft_epochs * sft_example * (2 if internal else 1)
     )
 
 
@@ -100,7 +113,7 @@ def clock(args, seconds: float, busy: float, threads_: int, cores: int) -> str:
     )
 
 
-def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
+def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int, tools: bool = False) -> str:
     """The first lines of a CPU run: what it is, how long it should take here (the cores busy now measured once), how
     to run the real thing.
 
@@ -108,7 +121,7 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int) -> str:
     locate(base_model)
     quiet_threads()
     busy = busy_cores()
-    seconds = estimated_seconds(args, val_tasks, train_tasks)
+    seconds = estimated_seconds(args, val_tasks, train_tasks, tools)
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = (
         f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""

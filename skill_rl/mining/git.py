@@ -18,6 +18,7 @@ from pathlib import Path
 
 from skill_rl.scoring.diffs import Diff, parse_diff
 from skill_rl.text import display
+from skill_rl.tools.sandbox import GIT_SAFE, GIT_SAFE_ENV
 
 # seconds for any one git call
 GIT_TIMEOUT = 60.0
@@ -34,27 +35,17 @@ MAX_FILES = 200
 # Every git call: repository config may not change what we read or make git run anything.
 # Nor contact anything: every transport is forbidden (GIT_ALLOW_PROTOCOL in git_env, and protocol.allow here), so
 # a remote's uploadpack, core.sshCommand or an ext:: URL never runs, even if git wanted an object it lacks.
-CONFIG = (
-    "-c",
-    "core.quotepath=off",
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "color.ui=never",
-    "-c",
-    "log.showSignature=false",
-    "-c",
-    "protocol.allow=never",
-    "-c",
-    "core.sshCommand=false",
-    "-c",
-    "core.askPass=false",
-    "-c",
-    "credential.helper=",
-    "-c",
-    "advice.graftFileDeprecated=false",
+# what no repository's config may make git run (tools/sandbox.py), and how mining wants git's output read
+CONFIG = tuple(
+    word
+    for option in (
+        *GIT_SAFE,
+        "core.quotepath=off",
+        "color.ui=never",
+        "log.showSignature=false",
+        "advice.graftFileDeprecated=false",
+    )
+    for word in ("-c", option)
 )
 
 
@@ -130,16 +121,13 @@ class TooLarge(Skip):
 def git_env(repo: Path) -> dict[str, str]:
     """A minimal environment: the caller's PATH and nothing else of it (no GIT_DIR, LD_PRELOAD, HOME, proxies...)."""
     return dict(
+        **GIT_SAFE_ENV,
         PATH=os.environ.get("PATH", os.defpath),
         LC_ALL="C",
         PAGER="cat",
-        GIT_PAGER="cat",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
         GIT_ATTR_NOSYSTEM="1",
         GIT_NO_REPLACE_OBJECTS="1",
         GIT_GRAFT_FILE=os.devnull,
-        GIT_TERMINAL_PROMPT="0",
         GIT_OPTIONAL_LOCKS="0",
         GIT_LITERAL_PATHSPECS="1",
         # no lazy fetch where git knows the switch; no transport at all

@@ -173,7 +173,10 @@ class Settings:
     )
     base_model: str | None = TRAIN(help=defaults.BASE_MODEL_HELP, see="[Base models](backends.md#base-models)")
     steps: int | None = TRAIN(
-        help="training steps in all, counting resumed ones (default 50; cpu 10)", type=flags.count(0), preset=50
+        help="training steps in all, counting resumed ones (default 50; cpu 10; a skill with tools on cpu "
+        f"{defaults.CPU_TOOL_DEFAULTS['steps']})",
+        type=flags.count(0),
+        preset=50,
     )
     groups_per_step: int | None = TRAIN(help="tasks per step (default 8; cpu 4)", type=flags.count(), preset=8)
     rollouts_per_group: int | None = TRAIN(
@@ -187,13 +190,16 @@ class Settings:
         help="sampling temperature (default 1.0 training, 0.0 --eval)", type=flags.number(minimum=0)
     )
     max_tokens: int | None = TRAIN(
-        help="completion length limit (default 1024; cpu 48)", type=flags.count(), preset=1024
-    )
-    max_turns: int = TRAIN(
-        6,
-        "policy calls per episode of a skill with tools: the episode ends at a final answer or after this many "
-        "(default 6; docs/tool-rollouts.md)",
+        help="completion length limit, of each turn with tools (default 1024; cpu 48; a skill with tools on cpu "
+        f"{defaults.CPU_TOOL_DEFAULTS['max_tokens']})",
         type=flags.count(),
+        preset=1024,
+    )
+    max_turns: int | None = TRAIN(
+        help="policy calls per episode of a skill with tools: the episode ends at a final answer or after this many "
+        f"(default 6; a skill with tools on cpu {defaults.CPU_TOOL_DEFAULTS['max_turns']}; docs/tool-rollouts.md)",
+        type=flags.count(),
+        preset=6,
     )
     max_exceptions: float = TRAIN(
         0.1,
@@ -288,11 +294,12 @@ class Settings:
         type=flags.number(minimum=0, maximum=1, what=" (a reward)"),
         metavar="R",
     )
-    sft_epochs: int = WARM(
-        1,
-        "passes over the examples, one train_sft call each (default 1, as ART's SFT helpers)",
+    sft_epochs: int | None = WARM(
+        help="passes over the examples, one train_sft call each (default 1, as ART's SFT helpers; a skill with "
+        f"tools on cpu {defaults.CPU_TOOL_DEFAULTS['sft_epochs']})",
         type=flags.count(),
         metavar="N",
+        preset=1,
     )
     sft_learning_rate: float | None = WARM(
         help=f"default {defaults.DEFAULT_LEARNING_RATE:g}, ART's TrainSFTConfig default; --backend cpu "

@@ -32,6 +32,11 @@ CPU_DEFAULTS = {
     "sft_learning_rate": 1e-3,
     "limit": 6,
 }
+# --backend cpu on a skill with tools: what it changes of CPU_DEFAULTS. Each turn of an episode is a completion, and
+# a commit's message is a tool call's argument (48 tokens cut it before the call closes); an episode's turns each read
+# the whole chat again, so the run keeps them few; one pass over 22 scripted episodes leaves the tiny model writing
+# broken calls (0 of 24 episodes committed), three teach the calls' form (docs/cpu-learning.md, "A skill that acts").
+CPU_TOOL_DEFAULTS = {"max_tokens": 160, "max_turns": 4, "sft_epochs": 3, "steps": 6}
 # the KL anchor's coefficient after a warm start; docs/cpu-learning.md says how it was chosen
 DEFAULT_COEF = 0.0
 # the warm start's least reward for an example

@@ -24,27 +24,35 @@ CHILD = Path(__file__).with_name("child.py")
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 PATH = "/usr/local/bin:/usr/bin:/bin"
 # git reads no system or global config, runs no hook, monitor, pager, editor, signer or credential helper
-GIT_ENV = {
+# Git run on a repository nobody here wrote (a tool call in a workspace, the mining of a real repository) runs no
+# program the repository's config or the machine's names: no hooks, fsmonitor, pager, ssh, askpass or credential
+# helper, no transport, no signing; no system or global config read, no prompt. mining/git.py passes these too.
+GIT_SAFE = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "core.sshCommand=false",
+    "core.askPass=false",
+    "credential.helper=",
+    "protocol.allow=never",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+)
+GIT_SAFE_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_PAGER": "cat",
+}
+GIT_ENV = {
+    **GIT_SAFE_ENV,
     "GIT_EDITOR": "true",
     "GIT_AUTHOR_NAME": "skill-rl",
     "GIT_AUTHOR_EMAIL": "skill-rl@localhost",
     "GIT_COMMITTER_NAME": "skill-rl",
     "GIT_COMMITTER_EMAIL": "skill-rl@localhost",
 }
-GIT_OPTIONS = (
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.pager=cat",
-    "core.sshCommand=false",
-    "commit.gpgSign=false",
-    "tag.gpgSign=false",
-    "credential.helper=",
-    "protocol.allow=never",
-)
+GIT_OPTIONS = GIT_SAFE
 # RLIMIT_<name> of the child: address space, CPU seconds (set per call), size of a file written, processes
 # (only inside a user namespace, where it counts the namespace's own), core files
 LIMITS = {"AS": 2 << 30, "FSIZE": 64 << 20, "NPROC": 64, "CORE": 0}

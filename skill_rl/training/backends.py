@@ -94,7 +94,12 @@ def plan(args, skill=None, picked: tuple[str, str] | None = None) -> Plan:
             kind,
             base_model,
             why,
-            cpu.rehearsal(args, base_model, *(len(skill.split(s)) if skill else 0 for s in ("val", "train"))),
+            cpu.rehearsal(
+                args,
+                base_model,
+                *(len(skill.split(s)) if skill else 0 for s in ("val", "train")),
+                tools=bool(skill and skill.tools),
+            ),
         )
     if kind == "local":
         _check_local()
