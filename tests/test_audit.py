@@ -144,6 +144,9 @@ def test_an_honest_judge_ranks_every_shipped_family_below_the_references(name):
     assert result.judged and result.tasks == 8 and not winners(result), [
         (r.exploit, audit.share(r)) for r in result.winners()
     ]
+    # a skill with tools: its exploits.py's EPISODES are played for real and judged beside the reference too
+    scripts = set(getattr(skill.exploits, "EPISODES", None) or {})
+    assert scripts <= {r.exploit for r in result.rates if r.tasks}
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from skill_rl.scoring.exploits import scripts_of
 from skill_rl.scoring.rubric import score_offline
 from skill_rl.tools.scripted import Played, play, reference
 
@@ -31,7 +32,7 @@ def _scored(skill, task, played: Played):
 def measure(skill, tasks: list) -> Measured:
     """Play the reference episode of each task and every script of exploits.py's EPISODES, scored by the checks."""
     found = Measured()
-    scripts = getattr(skill.exploits, "EPISODES", None) or {}
+    scripts = scripts_of(skill)
     for task in tasks:
         played = reference(skill, task)
         if played is None:
