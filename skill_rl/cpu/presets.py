@@ -44,10 +44,11 @@ WITHOUT_SKILL_STEP_SHARE = 0.68
 
 
 # A skill with tools (TOOL_DEFAULTS), measured the same way on git-commit-agent (docs/cpu-learning.md, "A skill that
-# acts"): an RL step of 16 episodes of up to 4 turns of 160 tokens, each turn reading a chat of 1.5-3k tokens (265 s),
-# a val task's 4 episodes after the warm start (208 s for 6 tasks), the base model's (72 s for 6: it writes no call,
-# so its episodes end at the first turn), a warm-start example's epoch (3 epochs of 22 in 436 s).
-TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS = 265, 34.7, 12.0, 6.6
+# acts"; 2,730 s in all): an RL step of 16 episodes of up to 4 turns of 160 tokens, each turn reading a chat of
+# 1.5-3k tokens (148-392 s, mean 287 over 6 steps), a val task's 4 episodes after the warm start (208 s and 273 s
+# for 6 tasks), the base model's (72 s for 6: it writes no call, so its episodes end at the first turn), a
+# warm-start example's epoch (3 epochs of 22 in 436 s).
+TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS = 287, 40.1, 12.0, 6.6
 
 
 def estimated_seconds(args, val_tasks: int, train_tasks: int, tools: bool = False) -> float:
