@@ -616,13 +616,12 @@ def cpu_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(cpu_run):
-    """The run exported once to `out`, with an F16 GGUF file (a merge takes a while, and each test reads what one
-    export wrote): the exit status, stdout and stderr."""
+    """The run exported once to `out` (a merge takes a while): the exit status, stdout and stderr."""
     root, *_ = cpu_run
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         mp.chdir(root)
-        code = train_skill.main(["--skill", "git-commit", "--export", "out", "--backend", "cpu", "--gguf"])
+        code = train_skill.main(["--skill", "git-commit", "--export", "out", "--backend", "cpu"])
     return code, out.getvalue(), err.getvalue()
 
 
@@ -671,7 +670,7 @@ def test_the_merged_model_answers_as_base_plus_adapter_with_plain_transformers(c
 @pytest.mark.slow
 @needs_cpu
 @pytest.mark.xdist_group("cpu_run")  # one worker builds the module's CPU run once
-def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merged_model(cpu_run, exported):
+def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merged_model(cpu_run, monkeypatch, capsys):
     """F16: the same greedy tokens as the merged model on 3 val prompts, and its tokenizer and chat template; Q8_0:
     the same tensors as the F16 file, each weight within Q8_0's rounding of F16's (one scale per 32 values: under
     1 % of a tensor's max), read with gguf's own reader (the F16 file is the one checked against the merged model)."""
@@ -682,11 +681,12 @@ def test_a_gguf_export_loads_in_the_cpu_backends_reader_and_answers_as_the_merge
     from skill_rl.skills import find_skill, load_skill, skill_dirs
 
     root, *_ = cpu_run
+    monkeypatch.chdir(root)
     skill = load_skill(find_skill(skill_dirs(None), "git-commit"))
     tasks = skill.split("val")[:3]
-    code, out, err = exported
+    code, out, err = export_cmd(capsys, "--export", "gguf-f16", "--backend", "cpu", "--gguf")
     assert code == 0 and "merged/, model-f16.gguf, README.md" in out, err
-    folder = root / "out"
+    folder = root / "gguf-f16"
     assert "FROM ./model-f16.gguf" in (folder / "Modelfile").read_text()
     card = (folder / "README.md").read_text()
     assert "| `model-f16.gguf` |" in card and "FROM ./model-f16.gguf" in card and "llama-cli -m model-f16.gguf" in card
@@ -757,7 +757,7 @@ def test_the_export_folder_holds_the_adapter_the_card_and_a_modelfile(cpu_run, e
     tables, images = card_tables_and_images(card)
     assert images == ["rewards.png"] and ["val/reward", "0.420"] in [row for table in tables for row in table]
     modelfile = (out / "Modelfile").read_text()
-    assert "FROM ./model-f16.gguf" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
+    assert "FROM ./merged" in modelfile and 'SYSTEM """' in modelfile and "PARAMETER temperature 0" in modelfile
     assert 'PARAMETER stop "<|im_end|>"' in modelfile and "{{ .Content }}<|im_end|>" in modelfile
     manifest = json.loads((out / export.MANIFEST).read_text())
     assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
