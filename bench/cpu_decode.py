@@ -62,7 +62,13 @@ def ours(policy, ids: list[list[int]], rows_each: int, tokens: int) -> tuple[flo
 
 def llama(llm, ids: list[int], tokens: int) -> tuple[float, float]:
     """(prefill tokens/s, decoding tokens/s) of llama.cpp on one prompt, greedy, through llama-cpp-python's eval."""
+    import llama_cpp
     import numpy as np
+
+    def last() -> int:
+        # the last position's logits, read in place through the C API (llama-cpp-python keeps n_batch rows only)
+        logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),))))
 
     llm.reset()
     start = time.perf_counter()
@@ -70,7 +76,7 @@ def llama(llm, ids: list[int], tokens: int) -> tuple[float, float]:
     prefill = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(tokens - 1):
-        llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])
+        llm.eval([last()])
     return len(ids) / prefill, (tokens - 1) / (time.perf_counter() - start)
 
 
