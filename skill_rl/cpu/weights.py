@@ -199,25 +199,40 @@ def gguf_problem(path: Path) -> str | None:
         )
     if len(version) == 4 and int.from_bytes(version, "little") not in (2, 3):
         return f"GGUF version {int.from_bytes(version, 'little')}; versions 2 and 3 load"
+    return _gguf_header(path)[0]
+
+
+def gguf_license(path: Path) -> str | None:
+    """A .gguf file's `general.license` (None: none, or a file gguf_problem refuses)."""
+    return _gguf_header(path)[1] if gguf_problem(path) is None else None
+
+
+def _gguf_header(path: Path) -> tuple[str | None, str | None]:
     try:
         stat = path.stat()
         return _gguf_read(str(path), stat.st_size, stat.st_mtime_ns)
     except OSError as e:
-        return f"cannot read it: {e.strerror}"
+        return f"cannot read it: {e.strerror}", None
 
 
 @functools.lru_cache(maxsize=8)
-def _gguf_read(path: str, size: int, mtime_ns: int) -> str | None:
-    """gguf_problem's reading, once per file as it is (GGUFReader walks the vocabulary item by item: seconds for a
-    small model, and a run checks its base model more than once)."""
+def _gguf_read(path: str, size: int, mtime_ns: int) -> tuple[str | None, str | None]:
+    """(gguf_problem's finding, the license) from one reading per file as it is (GGUFReader walks the vocabulary
+    item by item: seconds for a small model, and a run or an export reads its base model's header more than once)."""
     try:
-        _strict_gguf_reader(_library("gguf"))(path)
+        reader = _strict_gguf_reader(_library("gguf"))(path)
     except _Cut:
-        return "cut short: the file ends before its header says"
+        return "cut short: the file ends before its header says", None
     # an unknown tensor or value type, ...
     except (ValueError, KeyError, IndexError, OverflowError) as e:
-        return f"not a valid GGUF file: {brief(e, 120)}"
-    return None
+        return f"not a valid GGUF file: {brief(e, 120)}", None
+    field = reader.get_field("general.license")
+    try:
+        license = field.contents() if field is not None else None
+    # a license field that is not a string
+    except (ValueError, KeyError, IndexError, AttributeError, UnicodeDecodeError):
+        license = None
+    return None, license if isinstance(license, str) else None
 
 
 def config_problem(path: Path) -> str | None:

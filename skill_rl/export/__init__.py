@@ -516,14 +516,7 @@ def load_base(base_model: str):
 def license_of(folder: Path, gguf: str | None) -> str | None:
     """A base model's license from its own files: a GGUF's `general.license`, else its README's frontmatter."""
     if gguf:
-        from gguf import GGUFReader
-
-        try:
-            field = GGUFReader(str(folder / gguf)).get_field("general.license")
-            return field.contents() if field is not None else None
-        # a header this reader cannot take
-        except (OSError, ValueError, KeyError, IndexError, AttributeError):
-            return None
+        return cpu.gguf_license(folder / gguf)
     return readme_license(folder / "README.md")
 
 
