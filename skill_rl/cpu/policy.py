@@ -13,7 +13,15 @@ from pathlib import Path
 
 from skill_rl.cpu import toolcalls
 from skill_rl.cpu.presets import LORA
-from skill_rl.cpu.weights import checkpoint_problem, load_base, locate, precision, release_memory, threads
+from skill_rl.cpu.weights import (
+    checkpoint_problem,
+    load_base,
+    locate,
+    packed_decoding,
+    precision,
+    release_memory,
+    threads,
+)
 from skill_rl.errors import Exit
 from skill_rl.text import brief
 
@@ -53,6 +61,8 @@ class Policy:
         import torch
         from peft import LoraConfig, get_peft_model
 
+        from skill_rl.cpu.decoder import Decoder
+
         torch.set_num_threads(threads())
         # transformers 5.x
         for old_name in ("`past_key_values` is deprecated", "`is_gradient_checkpointing` is deprecated"):
@@ -84,6 +94,9 @@ class Policy:
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in self.tokenizer.get_vocab() else None
         self.stop_ids = {i for i in (self.tokenizer.eos_token_id, end) if i is not None}
         self.max_positions = getattr(base.config, "max_position_embeddings", None) or 2048
+        self.decoder = Decoder.of(self.model, packed=packed_decoding())
+        # the last generate_many's seconds of prefill and decoding, and its decoding steps (the decoder's path)
+        self.timing: dict = {}
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The prompt's tokens through the model's chat template; tools and tool messages as toolcalls.py renders them."""
@@ -94,11 +107,67 @@ class Policy:
     ) -> list[Sample]:
         """Completions of several prompts ((prompt, how many) each), decoded together as one batch.
 
-        Each prompt's prefix is computed once and repeated for its rows; the prefixes are left-padded to one
-        length (the padding masked out) so that every decoding step runs all rows at once: a step of 4 groups
-        decodes max_tokens times, not 4 x max_tokens times. Samples come back in the order asked; logprobs are of
-        the unscaled (temperature 1) policy. `abandoned`, a function giving one bool per row, stops decoding the rows
-        it marks (a served request whose client hung up); what those rows hold is not to be used."""
+        Each prompt's prefix is computed once (the prompts' common start once for all) and read once per decoding
+        step for all its rows (decoder.py); every step runs all rows at once: a step of 4 groups decodes max_tokens
+        times, not 4 x max_tokens times, and a row that has ended leaves the batch. Samples come back in the order
+        asked; logprobs are of the unscaled (temperature 1) policy. `abandoned`, a function giving one bool per row,
+        stops decoding the rows it marks (a served request whose client hung up); what those rows hold is not to be
+        used. A model decoder.py does not cover decodes through transformers' generate. `self.timing` holds the
+        last call's seconds of prefill and of decoding, and its decoding steps."""
+        if self.decoder is None:
+            return self._generate_hf(prompts, temperature, max_tokens, adapter, abandoned)
+        import torch
+
+        rows = [p for p, n in prompts for _ in range(n)]
+        tokens_out: list[list[int]] = [[] for _ in rows]
+        logprobs_out: list[list[float]] = [[] for _ in rows]
+        with self.lock, torch.no_grad(), self._adapter(adapter):
+            self.model.eval()
+            started = time.perf_counter()
+            shared = self._shared_prefix([torch.tensor([p[:-1]]) for p, _ in prompts])
+            caches = [self._prefix_after(shared, torch.tensor([p[:-1]])) for p, _ in prompts]
+            batch = self.decoder.batch(caches, [n for _, n in prompts], max_tokens)
+            del caches, shared
+            prefilled = time.perf_counter()
+            # batch row -> the row asked for
+            live = list(range(len(rows)))
+            lengths = torch.tensor([len(p) for p in rows])
+            tokens = torch.tensor([p[-1] for p in rows])
+            steps = 0
+            for t in range(max_tokens):
+                logits = self.decoder.step(tokens, lengths[live] - 1 + t, t, batch, adapter)
+                steps += 1
+                if temperature > 0:
+                    chosen = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1)[:, 0]
+                else:
+                    chosen = logits.argmax(-1)
+                picked = logits.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
+                gone = abandoned() if abandoned is not None else None
+                keep = []
+                for j, (row, token, logprob) in enumerate(zip(live, chosen.tolist(), picked.tolist())):
+                    tokens_out[row].append(token)
+                    logprobs_out[row].append(logprob)
+                    if token not in self.stop_ids and not (gone and gone[row]):
+                        keep.append(j)
+                if not keep:
+                    break
+                # a row that ended (or was abandoned) leaves the batch
+                if len(keep) < len(live):
+                    batch = batch.keep(keep)
+                    live = [live[j] for j in keep]
+                    chosen = chosen[torch.tensor(keep)]
+                tokens = chosen
+            del batch
+        self.timing = {"prefill_s": prefilled - started, "decode_s": time.perf_counter() - prefilled, "steps": steps}
+        samples = []
+        for prompt, new, logprobs in zip(rows, tokens_out, logprobs_out):
+            finished = bool(new) and new[-1] in self.stop_ids
+            samples.append(Sample(prompt, new, logprobs, finished))
+        release_memory()
+        return samples
+
+    def _generate_hf(self, prompts, temperature, max_tokens, adapter, abandoned=None) -> list[Sample]:
+        """generate_many through transformers' generate, for a model decoder.py does not cover."""
         import torch
 
         sampling = (

@@ -87,6 +87,16 @@ def precision() -> str:
     return "bfloat16" if native else "float32"
 
 
+def packed_decoding() -> bool:
+    """Whether the sampler multiplies 4-bit base weights packed (decoder.py: with bf16 activations, the logprob gap
+    bench/cpu_decode.py reports): SKILL_RL_CPU_INT4=0 decodes with the base's own weights and dtype instead (the
+    trainer's arithmetic exactly, slower)."""
+    chosen = os.environ.get("SKILL_RL_CPU_INT4", "").strip()
+    if chosen not in ("", "0", "1"):
+        raise Exit(2, f"SKILL_RL_CPU_INT4={chosen!r}: expected 0 or 1")
+    return chosen != "0"
+
+
 def release_memory() -> None:
     """Hand freed memory back to the system (glibc): a long prompt's activations are gigabytes that
     malloc would otherwise keep, and a run's memory would grow step after step."""

@@ -1,0 +1,96 @@
+"""The sampler's own decoding loop (skill_rl/cpu/decoder.py) against transformers' forward pass and generate: the
+same tokens and logprobs where it multiplies the base's own weights, and a small logprob gap to the trainer where
+it multiplies them packed as int4."""
+
+import statistics
+
+import pytest
+
+from skill_rl import cpu
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not cpu.available(), reason="needs the [cpu] extra")]
+
+
+def adapted_policy(monkeypatch, packed: bool):
+    """The tiny model in float32 with LoRA weights that change its answers (a trained adapter's place)."""
+    import torch
+
+    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    monkeypatch.setenv("SKILL_RL_CPU_INT4", "1" if packed else "0")
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return policy
+
+
+def prompts(policy) -> list[list[int]]:
+    """Three prompts of different lengths under one system prompt (its start shared, as a step's are)."""
+    system = {"role": "system", "content": "Answer the question in one short sentence. " * 6}
+    return [
+        policy.prompt_ids([system, {"role": "user", "content": q}])
+        for q in ("What is a commit?", "Why write tests before the code, and when not to?", "Name a colour.")
+    ]
+
+
+def test_the_decoder_answers_as_transformers_generate_with_rows_ending_at_different_steps(monkeypatch):
+    """Unpacked, float32: per-prompt rows, a shared start, the adapter on and off, and rows that end early (a stop
+    token chosen among the first answer's tokens) leaving the batch: the tokens and logprobs of transformers'
+    generate (the path for models the decoder does not cover)."""
+    policy = adapted_policy(monkeypatch, packed=False)
+    assert policy.decoder is not None and policy.decoder.packed == 0
+    ids = prompts(policy)
+    asked = [(ids[0], 2), (ids[1], 1), (ids[2], 3)]
+    for adapter in (True, False):
+        reference = policy._generate_hf(asked, 0.0, 10, adapter)
+        # a token the first answer writes midway ends the rows that write it, at their own step
+        policy.stop_ids = {*policy.stop_ids, reference[0].token_ids[4]}
+        reference = policy._generate_hf(asked, 0.0, 10, adapter)
+        got = policy.generate_many(asked, 0.0, 10, adapter)
+        assert [s.token_ids for s in got] == [s.token_ids for s in reference]
+        assert [s.finished for s in got] == [s.finished for s in reference]
+        assert any(s.finished for s in got) and len({len(s.token_ids) for s in got}) > 1
+        for a, b in zip(got, reference):
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+    # the adapter is read: the same prompt decodes to other logprobs without it
+    on, off = (policy.generate_many(asked[:1], 0.0, 10, adapter)[0] for adapter in (True, False))
+    assert max(abs(x - y) for x, y in zip(on.logprobs, off.logprobs)) > 0.01
+
+
+def test_packed_decoding_packs_every_layer_matrix_and_keeps_the_logprob_gap_to_the_trainer_small(monkeypatch):
+    """The tiny model's GGUF is Q4_1: every layer matrix is 4-bit levels and is packed; sampled at temperature 1,
+    each token's logprob is within the bench's bound (0.05 nats mean) of the trainer's forward pass over the
+    same tokens."""
+    import torch
+
+    policy = adapted_policy(monkeypatch, packed=True)
+    assert policy.decoder.packed == 4 * len(policy.decoder.layers)
+    ids = prompts(policy)
+    torch.manual_seed(0)
+    samples = policy.generate_many([(p, 2) for p in ids], 1.0, 16, True)
+    gaps = []
+    with torch.no_grad():
+        for s in samples:
+            seq = torch.tensor([s.prompt_ids + s.token_ids])
+            logits = policy.model(input_ids=seq).logits[0, len(s.prompt_ids) - 1 : -1].float()
+            trained = logits.log_softmax(-1).gather(1, torch.tensor(s.token_ids)[:, None])[:, 0]
+            gaps += [abs(a - float(b)) for a, b in zip(s.logprobs, trained)]
+    assert len(gaps) >= 6 * 8 and statistics.mean(gaps) < 0.05 and max(gaps) < 0.5
+
+
+def test_a_matrix_that_is_not_4_bit_levels_is_multiplied_as_it_is():
+    import torch
+
+    from skill_rl.cpu.decoder import Int4
+
+    # Q4_1's levels: each run of 32 holds its smallest (0) and its largest (15)
+    levels = torch.randint(0, 16, (64, 64)).float()
+    levels[:, ::32], levels[:, 1::32] = 0, 15
+    steps, lows = torch.rand(64, 2, 1) * 0.01, torch.randn(64, 2, 1) * 0.1
+    weight = (levels.view(64, 2, 32) * steps + lows).view(64, 64)
+    packed = Int4.of(weight)
+    assert packed is not None
+    x = torch.randn(3, 64)
+    assert torch.allclose(packed(x), x @ weight.T, atol=0.02 * float((x @ weight.T).abs().max()))
+    assert Int4.of(torch.randn(64, 64)) is None
