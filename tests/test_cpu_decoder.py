@@ -35,24 +35,23 @@ def prompts(policy) -> list[list[int]]:
 
 
 def test_the_decoder_answers_as_transformers_generate_with_rows_ending_at_different_steps(monkeypatch):
-    """Unpacked, float32: per-prompt rows, a shared start, the adapter on and off, and rows that end early (a stop
-    token chosen among the first answer's tokens) leaving the batch: the tokens and logprobs of transformers'
-    generate (the path for models the decoder does not cover)."""
+    """Unpacked, float32: per-prompt rows, a shared start, the adapter, and rows that end early (a stop token chosen
+    among the first answer's tokens) leaving the batch: the tokens and logprobs of transformers' generate (the
+    path for models the decoder does not cover); without the adapter, other logprobs."""
     policy = adapted_policy(monkeypatch, packed=False)
     assert policy.decoder is not None and policy.decoder.packed == 0
     ids = prompts(policy)
     asked = [(ids[0], 2), (ids[1], 1), (ids[2], 3)]
-    for adapter in (True, False):
-        reference = policy._generate_hf(asked, 0.0, 10, adapter)
-        # a token the first answer writes midway ends the rows that write it, at their own step
-        policy.stop_ids = {*policy.stop_ids, reference[0].token_ids[4]}
-        reference = policy._generate_hf(asked, 0.0, 10, adapter)
-        got = policy.generate_many(asked, 0.0, 10, adapter)
-        assert [s.token_ids for s in got] == [s.token_ids for s in reference]
-        assert [s.finished for s in got] == [s.finished for s in reference]
-        assert any(s.finished for s in got) and len({len(s.token_ids) for s in got}) > 1
-        for a, b in zip(got, reference):
-            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+    reference = policy._generate_hf(asked, 0.0, 10, True)
+    # a token the first answer writes midway ends the rows that write it, at their own step
+    policy.stop_ids = {*policy.stop_ids, reference[0].token_ids[4]}
+    reference = policy._generate_hf(asked, 0.0, 10, True)
+    got = policy.generate_many(asked, 0.0, 10, True)
+    assert [s.token_ids for s in got] == [s.token_ids for s in reference]
+    assert [s.finished for s in got] == [s.finished for s in reference]
+    assert any(s.finished for s in got) and len({len(s.token_ids) for s in got}) > 1
+    for a, b in zip(got, reference):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
     # the adapter is read: the same prompt decodes to other logprobs without it
     on, off = (policy.generate_many(asked[:1], 0.0, 10, adapter)[0] for adapter in (True, False))
     assert max(abs(x - y) for x, y in zip(on.logprobs, off.logprobs)) > 0.01
