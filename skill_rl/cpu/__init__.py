@@ -29,6 +29,7 @@ file or a folder in Hugging Face format. Serve a checkpoint for `--eval` with
     presets.py  the short run's defaults and what a rehearsal says of itself (imports nothing heavy)
     weights.py  the tiny model's weights, base models and checkpoints checked and loaded, torch's threads
     policy.py   Policy: LoRA adapters on the base model, sampling with logprobs, training steps
+    decoder.py  the sampler's decoding steps (Llama's layers; 4-bit matrices packed as int4)
     server.py   the OpenAI-compatible server of the policy on 127.0.0.1
     backend.py  CPUBackend (ART's backend interface) and serving a checkpoint
     __main__.py python -m skill_rl.cpu
