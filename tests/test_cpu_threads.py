@@ -32,3 +32,15 @@ def test_a_thread_count_that_is_not_a_whole_number_up_to_the_cores_is_one_line_e
     with pytest.raises(Exit) as e:
         weights.threads()
     assert e.value.code == 2 and str(e.value).startswith("SKILL_RL_CPU_THREADS=") and f"1 to {cores}" in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "on", "00"])
+def test_packed_decoding_is_on_unless_set_to_0_and_another_value_is_one_line_exit_2(monkeypatch, value):
+    monkeypatch.delenv("SKILL_RL_CPU_INT4", raising=False)
+    assert weights.packed_decoding() is True
+    monkeypatch.setenv("SKILL_RL_CPU_INT4", "0")
+    assert weights.packed_decoding() is False
+    monkeypatch.setenv("SKILL_RL_CPU_INT4", value)
+    with pytest.raises(Exit) as e:
+        weights.packed_decoding()
+    assert e.value.code == 2 and str(e.value) == f"SKILL_RL_CPU_INT4={value!r}: expected 0 or 1"

@@ -13,8 +13,9 @@ attention with grouped key/value heads, SwiGLU), reading the same tensors the tr
 - the LoRA adapters are read live from the PEFT model and added unmerged, in float32 as PEFT adds them (merged
   into 4-bit levels, an update the size of the learning rate would be rounded away);
 - the output head is float32, as the trainer's (logprobs from bf16 logits would carry ~0.05 nats of rounding);
-- attention reads the cache only up to the current position, each key/value head once for its group of query
-  heads (the group folded into the query's length: exact for one new token), the left padding masked out;
+- attention reads each prompt's keys and values once a step for all its rows (their queries side by side, a
+  key/value head's group of query heads among them), the new tokens' per row, and joins the two softmaxes by
+  their log-sum-exps: no prompt is copied per row, nothing is padded or masked;
 - rows that have finished leave the batch, so a long answer does not make the short ones' rows decode on.
 
 The logprob gap this leaves against the trainer's forward pass is measured by bench/cpu_decode.py.
@@ -37,8 +38,8 @@ class Int4:
     """A [out, in] matrix of 4-bit levels per GROUP inputs, packed for torch's int4 CPU kernel; None where the
     matrix is not of that form (then it is multiplied as it is)."""
 
-    def __init__(self, packed, scales_and_zeros, out_features: int):
-        self.packed, self.scales_and_zeros, self.out_features = packed, scales_and_zeros, out_features
+    def __init__(self, packed, scales_and_zeros):
+        self.packed, self.scales_and_zeros = packed, scales_and_zeros
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> Int4 | None:
@@ -59,7 +60,7 @@ class Int4:
         zeros = (low[..., 0] + 8 * step[..., 0]).t().contiguous()
         scales_and_zeros = torch.stack([scales, zeros], dim=-1).to(torch.bfloat16).contiguous()
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
-        return cls(packed, scales_and_zeros, out)
+        return cls(packed, scales_and_zeros)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # the kernel is fast with bf16 inputs only (a float32 model's activations are rounded to bf16 for it)
@@ -109,7 +110,7 @@ def _base(module) -> torch.Tensor:
 
 
 class _Layer:
-    def __init__(self, layer, head_dim: int, packed: bool):
+    def __init__(self, layer, packed: bool):
         attn, mlp = layer.self_attn, layer.mlp
         self.norm_in, self.norm_post = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
         self.eps = layer.input_layernorm.variance_epsilon
@@ -121,7 +122,6 @@ class _Layer:
         self.gate_up = _joined([_base(mlp.gate_proj), _base(mlp.up_proj)], packed)
         self.down = _matrix(_base(mlp.down_proj), packed)
         self.inner = _base(mlp.gate_proj).shape[0]
-        self.head_dim = head_dim
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -167,7 +167,7 @@ class Decoder:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.dtype = self.model.embed_tokens.weight.dtype
-        self.layers = [_Layer(layer, self.head_dim, packed) for layer in self.model.layers]
+        self.layers = [_Layer(layer, packed) for layer in self.model.layers]
         self.norm, self.norm_eps = self.model.norm.weight, self.model.norm.variance_epsilon
         self.head = inner.get_output_embeddings().weight
         rotary = self.model.rotary_emb

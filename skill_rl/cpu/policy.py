@@ -124,10 +124,9 @@ class Policy:
         with self.lock, torch.no_grad(), self._adapter(adapter):
             self.model.eval()
             started = time.perf_counter()
-            shared = self._shared_prefix([torch.tensor([p[:-1]]) for p, _ in prompts])
-            caches = [self._prefix_after(shared, torch.tensor([p[:-1]])) for p, _ in prompts]
+            caches = self._prefix_caches([torch.tensor([p[:-1]]) for p, _ in prompts])
             batch = self.decoder.batch(caches, [n for _, n in prompts], max_tokens)
-            del caches, shared
+            del caches
             prefilled = time.perf_counter()
             # batch row -> the row asked for
             live = list(range(len(rows)))
@@ -215,8 +214,10 @@ class Policy:
         import torch
         from transformers import StaticCache
 
-        shared = self._shared_prefix([prefix for prefix, _, _ in parts])
-        caches = [(self._prefix_after(shared, prefix), n, pad) for prefix, n, pad in parts]
+        caches = [
+            (cache, n, pad)
+            for cache, (_, n, pad) in zip(self._prefix_caches([prefix for prefix, _, _ in parts]), parts)
+        ]
         static = StaticCache(config=self.model.config, max_cache_len=size)
         # no layers: every prompt is one token, nothing to prefill
         for i in range(len(caches[0][0].layers)):
@@ -229,6 +230,11 @@ class Policy:
             ]
             static.update(torch.cat([k for k, _ in padded]), torch.cat([v for _, v in padded]), i)
         return static
+
+    def _prefix_caches(self, prefixes) -> list:
+        """The KV cache of each prefix ([1, length] each), the start they share computed once (see _shared_prefix)."""
+        shared = self._shared_prefix(prefixes)
+        return [self._prefix_after(shared, prefix) for prefix in prefixes]
 
     def _shared_prefix(self, prefixes) -> tuple[int, object] | None:
         """(length, KV cache) of the tokens every prefix ([1, length] each) begins with, computed once, when there are

@@ -240,7 +240,7 @@ def _gguf_read(path: str, size: int, mtime_ns: int) -> tuple[str | None, str | N
     try:
         license = field.contents() if field is not None else None
     # a license field that is not a string
-    except (ValueError, KeyError, IndexError, AttributeError, UnicodeDecodeError):
+    except (ValueError, KeyError, IndexError, AttributeError):
         license = None
     return None, license if isinstance(license, str) else None
 
