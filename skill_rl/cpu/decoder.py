@@ -86,23 +86,41 @@ def _joined(weights: list[torch.Tensor], packed: bool):
 
 @dataclass
 class _Adapter:
-    """A LoRA adapter on one projection, read live: x -> (x @ A.T @ B.T) * scaling, in float32."""
+    """LoRA adapters on projections that read the same input, joined: x -> x @ A.T @ B.T in float32, A the adapters'
+    A matrices stacked and B their B matrices (times PEFT's scaling) block-diagonal, so the outputs come side by
+    side in the projections' order, zero where a projection has no adapter."""
 
     a: torch.Tensor
     b: torch.Tensor
-    scaling: float
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.linear(x.float(), self.a), self.b) * self.scaling
+        return F.linear(F.linear(x.float(), self.a), self.b)
 
 
-def _adapter(module) -> _Adapter | None:
-    """The LoRA adapter PEFT put on `module` (its active one), or None."""
-    names = getattr(module, "active_adapters", None) or []
-    for name in names:
-        if name in getattr(module, "lora_A", {}):
-            return _Adapter(module.lora_A[name].weight, module.lora_B[name].weight, float(module.scaling[name]))
-    return None
+def _adapter(modules) -> _Adapter | None:
+    """The active LoRA adapters PEFT put on `modules` (projections of one input), joined as they are now; None
+    where none has one."""
+    pairs, sizes = [], []
+    for module in modules:
+        sizes.append(_base(module).shape[0])
+        active = [n for n in getattr(module, "active_adapters", None) or [] if n in getattr(module, "lora_A", {})]
+        if active:
+            name = active[0]
+            pairs.append((module.lora_A[name].weight, module.lora_B[name].weight * float(module.scaling[name])))
+        else:
+            pairs.append(None)
+    if not any(pairs):
+        return None
+    a = torch.cat([p[0] for p in pairs if p is not None]).float()
+    b = torch.zeros(sum(sizes), a.shape[0])
+    row = col = 0
+    for size, pair in zip(sizes, pairs):
+        if pair is not None:
+            rank = pair[0].shape[0]
+            b[row : row + size, col : col + rank] = pair[1]
+            col += rank
+        row += size
+    return _Adapter(a, b)
 
 
 def _base(module) -> torch.Tensor:
@@ -118,22 +136,24 @@ class _Layer:
         self.kv_size = _base(attn.k_proj).shape[0]
         self.qkv = _joined([_base(attn.q_proj), _base(attn.k_proj), _base(attn.v_proj)], packed)
         self.o = _matrix(_base(attn.o_proj), packed)
-        self.adapters = {name: _adapter(getattr(attn, name)) for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+        # the PEFT modules, whose adapters Decoder.adapters reads
+        self.projections = (attn.q_proj, attn.k_proj, attn.v_proj), (attn.o_proj,)
         self.gate_up = _joined([_base(mlp.gate_proj), _base(mlp.up_proj)], packed)
         self.down = _matrix(_base(mlp.down_proj), packed)
         self.inner = _base(mlp.gate_proj).shape[0]
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # as LlamaRMSNorm: in float32, back to the input's dtype, then the weight
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
+    # as LlamaRMSNorm: in float32, back to the input's dtype, then the weight (one fused call in float32)
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return weight * F.rms_norm(x.float(), weight.shape, eps=eps).to(x.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    """Llama's rotary embedding, x * cos + rotate_half(x) * sin, with `sin`'s first half negated by the caller:
+    rotate_half(x) is x's halves swapped (a roll by half the width) with the first negated."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin)
 
 
 def covers(config) -> str | None:
@@ -170,6 +190,9 @@ class Decoder:
         self.layers = [_Layer(layer, packed) for layer in self.model.layers]
         self.norm, self.norm_eps = self.model.norm.weight, self.model.norm.variance_epsilon
         self.head = inner.get_output_embeddings().weight
+        # packed, the head multiplies in float16 with float32 sums (a third of float32's time here: its 28M weights
+        # are the largest read of a step), its logits rounded to float16's 11 bits (~0.005 nats at a logit of 20)
+        self.head_half = self.head.detach().half() if packed else None
         rotary = self.model.rotary_emb
         self.inv_freq, self.rope_scale = rotary.inv_freq.float(), float(rotary.attention_scaling)
 
@@ -196,36 +219,45 @@ class Decoder:
         new = [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)) for _ in self.layers]
         return Batch(layers, [(end - n, end) for end, n in zip(ends, counts)], new)
 
-    def step(self, tokens, positions, at: int, batch: Batch, adapter: bool) -> torch.Tensor:
+    def adapters(self) -> list[tuple[_Adapter | None, _Adapter | None]]:
+        """Each layer's LoRA adapters as they are now, (q, k and v's joined, o's): taken once per decoding call,
+        since the trainer changes them only between calls."""
+        return [(_adapter(qkv), _adapter(o)) for qkv, o in (layer.projections for layer in self.layers)]
+
+    def step(self, tokens, positions, at: int, batch: Batch, adapters: list | None) -> torch.Tensor:
         """float32 logits [rows, vocab] after `tokens` [rows] at their own `positions`, their keys and values
-        written to the batch's new-token cache at index `at` (every row's)."""
-        rows = tokens.shape[0]
-        x = self.model.embed_tokens(tokens)
+        written to the batch's new-token cache at index `at` (every row's); `adapters` from Decoder.adapters, or
+        None for the base model."""
+        rows, heads = tokens.shape[0], self.heads + self.kv_heads
+        x = F.embedding(tokens, self.model.embed_tokens.weight)
         freqs = positions[:, None].float() * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos = (emb.cos() * self.rope_scale).to(self.dtype)[:, None, :]
-        sin = (emb.sin() * self.rope_scale).to(self.dtype)[:, None, :]
+        # rotate_half's sign on the first half (see _rotate)
+        sign = torch.ones(emb.shape[-1])
+        sign[: emb.shape[-1] // 2] = -1
+        sin = (emb.sin() * self.rope_scale * sign).to(self.dtype)[:, None, :]
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.norm_in, layer.eps)
-            q, k, v = layer.qkv(h).split((layer.q_size, layer.kv_size, layer.kv_size), dim=-1)
-            if adapter:
-                q, k, v = (
-                    (t.float() + a(h)).to(self.dtype) if (a := layer.adapters[name]) is not None else t
-                    for t, name in ((q, "q_proj"), (k, "k_proj"), (v, "v_proj"))
-                )
-            q = _rotate(q.reshape(rows, self.heads, self.head_dim), cos, sin)
+            qkv = layer.qkv(h)
+            if adapters is not None and adapters[i][0] is not None:
+                qkv = (qkv.float() + adapters[i][0](h)).to(self.dtype)
+            # the queries' and keys' heads rotated together
+            qk = _rotate(qkv[:, : layer.q_size + layer.kv_size].view(rows, heads, self.head_dim), cos, sin)
             keys, values = batch.new[i]
-            keys[:, :, at] = _rotate(k.reshape(rows, self.kv_heads, self.head_dim), cos, sin)
-            values[:, :, at] = v.reshape(rows, self.kv_heads, self.head_dim)
-            out = self._attend(i, q, at, batch)
+            keys[:, :, at] = qk[:, self.heads :]
+            values[:, :, at] = qkv[:, layer.q_size + layer.kv_size :].view(rows, self.kv_heads, self.head_dim)
+            out = self._attend(i, qk[:, : self.heads], at, batch)
             o = layer.o(out)
-            if adapter and (a := layer.adapters["o_proj"]) is not None:
-                o = (o.float() + a(out)).to(self.dtype)
+            if adapters is not None and adapters[i][1] is not None:
+                o = (o.float() + adapters[i][1](out)).to(self.dtype)
             x = x + o
             h = _rms_norm(x, layer.norm_post, layer.eps)
             gate, up = layer.gate_up(h).split(layer.inner, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
         x = _rms_norm(x, self.norm, self.norm_eps)
+        if self.head_half is not None:
+            return F.linear(x.half(), self.head_half).float()
         return F.linear(x.float(), self.head)
 
     def _attend(self, i: int, q: torch.Tensor, at: int, batch: Batch) -> torch.Tensor:
@@ -249,12 +281,10 @@ class Decoder:
             out, lse = _flash(together, k, v)
             outs.append(out.view(self.kv_heads, n, group, self.head_dim).transpose(0, 1))
             lses.append(lse.view(self.kv_heads, n, group).transpose(0, 1))
-        prompt_out, prompt_lse = torch.cat(outs), torch.cat(lses)
-        lse = torch.logaddexp(prompt_lse, new_lse)
-        out = (
-            prompt_out.float() * (prompt_lse - lse).exp()[..., None]
-            + new_out.float() * (new_lse - lse).exp()[..., None]
-        )
+        prompt_out, prompt_lse = (outs[0], lses[0]) if len(outs) == 1 else (torch.cat(outs), torch.cat(lses))
+        # the prompt's share of the joined softmax: e^a / (e^a + e^b) for log-sum-exps a and b
+        share = torch.sigmoid(prompt_lse - new_lse)[..., None]
+        out = torch.lerp(new_out.float(), prompt_out.float(), share)
         return out.to(self.dtype).reshape(rows, self.heads * self.head_dim)
 
 

@@ -124,6 +124,7 @@ class Policy:
         with self.lock, torch.no_grad(), self._adapter(adapter):
             self.model.eval()
             started = time.perf_counter()
+            adapters = self.decoder.adapters() if adapter else None
             caches = self._prefix_caches([torch.tensor([p[:-1]]) for p, _ in prompts])
             batch = self.decoder.batch(caches, [n for _, n in prompts], max_tokens)
             del caches
@@ -134,7 +135,7 @@ class Policy:
             tokens = torch.tensor([p[-1] for p in rows])
             steps = 0
             for t in range(max_tokens):
-                logits = self.decoder.step(tokens, lengths[live] - 1 + t, t, batch, adapter)
+                logits = self.decoder.step(tokens, lengths[live] - 1 + t, t, batch, adapters)
                 steps += 1
                 if temperature > 0:
                     chosen = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1)[:, 0]
