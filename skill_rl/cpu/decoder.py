@@ -10,9 +10,11 @@ attention with grouped key/value heads, SwiGLU), reading the same tensors the tr
   per run of 32 inputs, the smallest and the largest among them) is multiplied packed as int4, from exactly those
   levels: the weights it stands for are the trainer's, up to bf16's rounding of each run's step and offset
   (`Int4`); any other matrix is multiplied as the trainer holds it;
-- the LoRA adapters are read live from the PEFT model and added unmerged, in float32 as PEFT adds them (merged
-  into 4-bit levels, an update the size of the learning rate would be rounded away);
-- the output head is float32, as the trainer's (logprobs from bf16 logits would carry ~0.05 nats of rounding);
+- the LoRA adapters are read from the PEFT model at each decoding call (q, k and v's joined into one pair of
+  matrices) and added unmerged, in float32 as PEFT adds them (merged into 4-bit levels, an update the size of the
+  learning rate would be rounded away);
+- packed, the output head multiplies in float16 with float32 sums: its logits keep 11 bits (bf16's 8 would carry
+  ~0.05 nats of rounding into the logprobs); unpacked it is the trainer's float32;
 - attention reads each prompt's keys and values once a step for all its rows (their queries side by side, a
   key/value head's group of query heads among them), the new tokens' per row, and joins the two softmaxes by
   their log-sum-exps: no prompt is copied per row, nothing is padded or masked;
