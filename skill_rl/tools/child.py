@@ -1,4 +1,5 @@
-"""The child process of one tool call (run as `python child.py`, the call's spec as JSON on stdin; stdlib only).
+"""The child process of one tool call (run as `python child.py`, the call's spec on stdin in the parent's marshal;
+stdlib only).
 
 It closes itself in before running anything of the call: new user, network, mount and PID namespaces (no network
 device but a loopback that is down; every mount read-only but the workspace, bound writable; the call is PID 1 of
@@ -16,7 +17,7 @@ found at its probe that this machine refuses them, and said so).
 """
 
 import ctypes
-import json
+import marshal
 import os
 import resource
 import sys
@@ -76,6 +77,9 @@ def limit(limits: dict, namespaced: bool) -> None:
 
 
 def _answer(fd: int, **fields) -> None:
+    # json only here: its import (re, enum) was a third of a command's start
+    import json
+
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         json.dump(fields, out)
 
@@ -127,7 +131,8 @@ def run(spec: dict) -> None:
 
 
 def main() -> None:
-    spec = json.loads(sys.stdin.buffer.read())
+    # the parent's marshal of the spec: the same interpreter wrote it (see sandbox.run_child)
+    spec = marshal.loads(sys.stdin.buffer.read())
     fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(fd, 0)
     namespaced = spec["isolate"] == "required"
