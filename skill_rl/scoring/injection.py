@@ -280,6 +280,8 @@ def fold(text: str) -> str:
     return text if text.isascii() else text.translate(_skeleton_table())
 
 
+# a step scores the same text under several checks (and a group's rollouts repeat): it is read once
+@functools.lru_cache(maxsize=4096)
 def addresses_grader(text: str) -> bool:
     """True when the output holds grader markup, speaks to the grader ("Note to the judge:", "Nota para el
     evaluador:"), orders it to ignore its instructions, asks for a score ("score this 1.0", "rank me first,

@@ -68,6 +68,8 @@ def supplied(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+# a step scores every family's lines against the same tasks' words, and every step the same references' (exempt)
+@lru_cache(maxsize=1 << 16)
 def _masked(token: str, words: frozenset[str], common: frozenset[str]) -> bool:
     if token.startswith("`") or any(c.isdigit() for c in token) or NAMEISH.search(token.strip(".")):
         return True
@@ -79,6 +81,7 @@ def _masked(token: str, words: frozenset[str], common: frozenset[str]) -> bool:
     return bare in words or len(parts) > 1 and all(p in words for p in parts) and not all(p in common for p in parts)
 
 
+@lru_cache(maxsize=1 << 14)
 def skeleton(line: str, words: frozenset[str], common: frozenset[str] = frozenset()) -> tuple[str, int]:
     """(the line's skeleton, its literal letters): the task's words masked (module docstring)."""
     parts = []
