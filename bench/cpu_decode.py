@@ -77,18 +77,7 @@ def llama(llm, ids: list[int], tokens: int) -> tuple[float, float]:
 
 def logprob_gap(policy, ids: list[list[int]], tokens: int) -> tuple[float, float]:
     """(mean, max) |sampler logprob - trainer logprob| over the tokens of one sampled completion per prompt."""
-    import torch
-
-    samples = policy.generate_many([(p, 1) for p in ids], 1.0, tokens, adapter=True)
-    gaps = []
-    with torch.no_grad():
-        for s in samples:
-            if not s.token_ids:
-                continue
-            seq = torch.tensor([s.prompt_ids + s.token_ids])
-            logits = policy.model(input_ids=seq).logits[0, len(s.prompt_ids) - 1 : -1].float()
-            trained = logits.log_softmax(-1).gather(1, torch.tensor(s.token_ids)[:, None])[:, 0]
-            gaps += [abs(a - float(b)) for a, b in zip(s.logprobs, trained)]
+    gaps = policy.sampling_gaps(policy.generate_many([(p, 1) for p in ids], 1.0, tokens, adapter=True))
     return statistics.mean(gaps), max(gaps)
 
 

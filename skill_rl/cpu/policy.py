@@ -307,6 +307,22 @@ class Policy:
         finally:
             set_peft_model_state_dict(self.model, own)
 
+    def sampling_gaps(self, samples: list[Sample]) -> list[float]:
+        """|the sampler's logprob - the trainer's| for every token of `samples` (the trainer's: a plain forward over
+        prompt and completion, as the training pass computes them): what ART's ratio clipping has to absorb."""
+        import torch
+
+        gaps = []
+        with self.lock, torch.no_grad():
+            for s in samples:
+                if not s.token_ids:
+                    continue
+                seq = torch.tensor([s.prompt_ids + s.token_ids])
+                logits = self.model(input_ids=seq).logits[0, len(s.prompt_ids) - 1 : -1].float()
+                trained = logits.log_softmax(-1).gather(1, torch.tensor(s.token_ids)[:, None])[:, 0]
+                gaps += [abs(a - float(b)) for a, b in zip(s.logprobs, trained)]
+        return gaps
+
     def token_logprobs(self, tokens, attention_mask, position_ids, needed, cache=None):
         """log p(tokens[:, t+1] | prefix, tokens[:, :t+1]) at column t, computed only where `needed` (else 0).
 
