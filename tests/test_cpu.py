@@ -321,6 +321,91 @@ def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradi
     assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
 
 
+def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
+    """The start every group's prompt shares (the system prompt), computed once for an RL step with its gradient
+    taken once after the groups' (CPUBackend._losses), changes no figure: the same losses, gradient and KL to the
+    anchor as each group's whole prompt computed alone, in float32."""
+    import art
+    import torch
+    from openai.types.chat.chat_completion import Choice
+
+    from skill_rl.cpu.backend import Anchor, CPUBackend
+
+    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    monkeypatch.setenv("SKILL_RL_CPU_INT4", "0")
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    backend = CPUBackend.__new__(CPUBackend)
+    backend.policy = policy
+    # LoRA's B starts at zero: give the adapter something to differentiate
+    for p in policy.model.parameters():
+        if p.requires_grad:
+            p.data.normal_(0, 0.02)
+    system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
+    groups = []
+    for question in ("say hi", "name a colour, and say why you like it"):
+        messages = [system, {"role": "user", "content": question}]
+        prompt = policy.prompt_ids(messages)
+        samples = policy.generate_many([(prompt, 3)], 1.0, 6, True)
+        choices = [
+            Choice.model_validate(
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": policy.tokenizer.decode(s.token_ids)},
+                    "logprobs": {
+                        "content": [
+                            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                            for t, lp in zip(s.token_ids, s.logprobs)
+                        ]
+                    },
+                    "prompt_token_ids": prompt,
+                    "token_ids": s.token_ids,
+                }
+            )
+            for s in samples
+        ]
+        # no reward the group's mean: every trajectory has an advantage and is trained
+        groups.append(
+            art.TrajectoryGroup(
+                art.Trajectory(messages_and_choices=[*messages, c], reward=r) for r, c in zip((0.0, 1.0, 3.0), choices)
+            )
+        )
+    parts, trained = backend._parts(groups)
+    assert len(parts) == 2 and trained == 6
+    tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
+    # the base model as the reference: the policy's LoRA weights differ from it
+    anchor = Anchor(0.5, None)
+
+    def figures(share: bool):
+        policy.model.zero_grad()
+        kl, losses = [0.0], []
+        for loss in backend._losses(parts, tokens, anchor, kl, share):
+            loss.backward()
+            losses.append(float(loss.detach()))
+        grad = torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
+        return losses, grad, kl[0]
+
+    calls = []
+    original = policy.prefix_cache
+    monkeypatch.setattr(policy, "prefix_cache", lambda prefix, n: calls.append(prefix.shape[1]) or original(prefix, n))
+    (want, want_grad, want_kl), (got, got_grad, got_kl) = figures(False), figures(True)
+    # alone: the reference's and the policy's prompt per group; shared: their common start once each
+    shared = calls[4:]
+    assert calls[:4] == [len(prefix) for prefix, _ in parts] * 2 and len(shared) == 2 and shared[0] == shared[1]
+    assert policy_module_shared_min() <= shared[0] < min(len(prefix) for prefix, _ in parts)
+    # a loss is a difference (advantages sum to 0): float32's rounding of its terms, ~1e-6, is the tolerance
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
+    # a sum over the tokens of logprob differences, each token's within ~1e-5 (its logprob's float32 rounding)
+    assert want_kl != 0 and got_kl == pytest.approx(want_kl, abs=tokens * 1e-5)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
+
+
+def policy_module_shared_min() -> int:
+    from skill_rl.cpu.policy import SHARED_MIN
+
+    return SHARED_MIN
+
+
 def test_the_cpu_backend_warm_starts_by_default_when_the_skill_has_references(tmp_path):
     import train_skill
     from skill_rl.commands import config

@@ -153,21 +153,41 @@ class CPUBackend:
 
     def _train_step(self, groups, learning_rate: float, anchor: Anchor | None = None) -> dict[str, float]:
         """ART's tokenization, advantages, packing and loss; this module's forward/backward on CPU."""
+        started = time.perf_counter()
+        parts, trained = self._parts(groups)
+        tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
+        # every group scored alike: no advantage, no gradient; the step still counts
+        if not tokens:
+            return {"loss/train": 0.0, "cpu/trained_trajectories": 0.0, "cpu/train_s": time.perf_counter() - started}
+        # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
+        kl = [0.0]
+        with phase("training", len(parts), "groups", self.quiet) as advance:
+            metrics = self.policy.step(learning_rate, self._counted(self._losses(parts, tokens, anchor, kl), advance))
+        # ART's name (unsloth/train.py), a mean over the step's trained tokens
+        if anchor is not None:
+            metrics["loss/kl_policy_ref"] = kl[0] / tokens
+        return {
+            **metrics,
+            "cpu/trained_trajectories": float(trained),
+            "cpu/trained_tokens": float(tokens),
+            "cpu/train_s": time.perf_counter() - started,
+        }
+
+    def _parts(self, groups) -> tuple[list, int]:
+        """([(a group's prompt, its rows packed by ART after it)], how many trajectories are trained): ART's
+        tokenization and advantages (zero-advantage trajectories dropped), a group's shared prompt one prefix."""
         from art.preprocessing.pack import packed_tensors_from_tokenized_results
         from art.preprocessing.tokenize import tokenize_trajectory_groups
 
-        started = time.perf_counter()
         results = list(
             tokenize_trajectory_groups(
                 self.policy.tokenizer, groups, allow_training_without_logprobs=False, scale_rewards=True
             )
         )
         by_prompt: dict[int, list] = {}
-        # zero-advantage trajectories are already dropped
         for r in results:
             by_prompt.setdefault(r.prompt_id, []).append(r)
         parts = []
-        # a group's shared prompt becomes one prefix, its answers the rows
         for same in by_prompt.values():
             suffixes = [r.without_prompt() for r in same]
             packed = packed_tensors_from_tokenized_results(
@@ -178,26 +198,7 @@ class CPUBackend:
                 pad_token_id=self.policy.tokenizer.pad_token_id,
             )
             parts.append((same[0].token_ids[: same[0].prompt_length], packed))
-        tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
-        # every group scored alike: no advantage, no gradient; the step still counts
-        if not tokens:
-            return {"loss/train": 0.0, "cpu/trained_trajectories": 0.0, "cpu/train_s": time.perf_counter() - started}
-        # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
-        kl = [0.0]
-        with phase("training", len(parts), "groups", self.quiet) as advance:
-            metrics = self.policy.step(
-                learning_rate,
-                self._counted((self._loss(prefix, packed, tokens, anchor, kl) for prefix, packed in parts), advance),
-            )
-        # ART's name (unsloth/train.py), a mean over the step's trained tokens
-        if anchor is not None:
-            metrics["loss/kl_policy_ref"] = kl[0] / tokens
-        return {
-            **metrics,
-            "cpu/trained_trajectories": float(len(results)),
-            "cpu/trained_tokens": float(tokens),
-            "cpu/train_s": time.perf_counter() - started,
-        }
+        return parts, len(results)
 
     @staticmethod
     def _counted(losses, advance):
@@ -208,8 +209,47 @@ class CPUBackend:
             yield loss
         advance()
 
-    def _loss(self, prefix: list[int], packed, tokens: int, anchor: Anchor | None = None, kl: list | None = None):
-        """ART's policy loss for one group's rows after their shared prefix, summed, over all the step's tokens.
+    def _losses(self, parts, tokens: int, anchor: Anchor | None, kl: list, share: bool = True):
+        """Each group's loss (_loss), for Policy.step to backpropagate in turn. The start every group's prompt shares
+        (SKILL.md: 847 of git-commit's 1,065-1,914 prompt tokens) is computed once, with gradients, as the decoding
+        does: the groups read its keys and values as leaves of their own graphs, which sum their gradients, and once
+        the last group's backward pass has run, the start's own backward pass takes those sums. The same loss and
+        gradient as a full prompt per group (`share=False`), with the start's forward and backward paid once a step
+        rather than once a group. With an anchor, the reference's logprobs come first, all groups' under one swap of
+        its weights (its start once too): swapped in later, they would change tensors the start's graph holds."""
+        import torch
+
+        prompts = [torch.tensor([prefix]) for prefix, _ in parts]
+        refs = [None] * len(parts)
+        if anchor is not None:
+            with torch.no_grad(), self.policy.weights_of(anchor.adapter):
+                start = self.policy.shared_prefix(prompts) if share else None
+                refs = [self._logprobs(start, prompt, packed) for prompt, (_, packed) in zip(prompts, parts)]
+        start = self.policy.shared_prefix(prompts) if share else None
+        copy_, leaves = self.policy.leaves(start[1]) if start is not None else (None, [])
+        for prompt, (_, packed), ref in zip(prompts, parts, refs):
+            new = self._logprobs(start and (start[0], copy_), prompt, packed)
+            yield self._loss(packed, new, ref, tokens, anchor, kl)
+        if start is not None:
+            outputs = [t for layer in start[1].layers for t in (layer.keys, layer.values)]
+            pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves) if leaf.grad is not None]
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+    def _logprobs(self, start, prompt, packed):
+        """The logprobs of a group's trained tokens (the rows packed after its prompt [1, length]), the prompt's first
+        tokens read from `start` ((length, cache) or None: computed here)."""
+        import torch
+
+        rows = packed["tokens"].shape[0]
+        mask = torch.cat([torch.ones(rows, prompt.shape[1], dtype=torch.long), (packed["group_ids"] >= 0).long()], 1)
+        needed = _next(packed["assistant_mask"].bool())
+        cache = self.policy.prefix_after(start, prompt, rows)
+        return self.policy.token_logprobs(packed["tokens"], mask, packed["input_pos"], needed, cache)
+
+    @staticmethod
+    def _loss(packed, new, ref, tokens: int, anchor: Anchor | None, kl: list):
+        """ART's policy loss of one group's rows (their logprobs `new`, the reference's `ref`), summed, over all the
+        step's tokens.
 
         ART packs a batch once and normalizes weights and advantages over it; here each group is packed
         and normalized by itself, so that its prompt is computed once (as ART's prefix-tree packing does).
@@ -217,23 +257,12 @@ class CPUBackend:
         coef x (the group's mean KL - the token's KL) to each token's advantage, the token's KL being the
         learner's logprob minus the reference's (LocalBackend's default, kl_penalty_source="current_learner");
         ART centres the penalty over its packed batch, this over the group."""
-        import torch
         from art.loss import LossInputs, loss_fn
 
         keys = ("tokens", "group_ids", "input_pos", "assistant_mask", "logprobs", "advantages", "weights")
         part = {k: packed[k] for k in keys}
-        rows = part["tokens"].shape[0]
-        mask = torch.cat([torch.ones(rows, len(prefix), dtype=torch.long), (part["group_ids"] >= 0).long()], 1)
-        needed = _next(part["assistant_mask"].bool())
-        ref = None
-        if anchor is not None:
-            with torch.no_grad(), self.policy.weights_of(anchor.adapter):
-                ref_cache = self.policy.prefix_cache(torch.tensor([prefix]), rows)
-                ref = self.policy.token_logprobs(part["tokens"], mask, part["input_pos"], needed, ref_cache)
-        cache = self.policy.prefix_cache(torch.tensor([prefix]), rows)
-        new = self.policy.token_logprobs(part["tokens"], mask, part["input_pos"], needed, cache)
-        if ref is not None and kl is not None:
-            kl[0] += float(((new.detach() - ref) * needed).sum())
+        if ref is not None:
+            kl[0] += float(((new.detach() - ref) * _next(part["assistant_mask"].bool())).sum())
         config = {"kl_penalty_coef": anchor.coef} if anchor is not None and anchor.coef > 0 else {}
         return loss_fn(LossInputs(inputs=part), new, ref, None, config, reduction="sum").policy_loss / tokens
 

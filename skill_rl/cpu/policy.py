@@ -233,13 +233,14 @@ class Policy:
         return static
 
     def _prefix_caches(self, prefixes) -> list:
-        """The KV cache of each prefix ([1, length] each), the start they share computed once (see _shared_prefix)."""
-        shared = self._shared_prefix(prefixes)
-        return [self._prefix_after(shared, prefix) for prefix in prefixes]
+        """The KV cache of each prefix ([1, length] each), the start they share computed once (see shared_prefix)."""
+        shared = self.shared_prefix(prefixes)
+        return [self.prefix_after(shared, prefix) for prefix in prefixes]
 
-    def _shared_prefix(self, prefixes) -> tuple[int, object] | None:
-        """(length, KV cache) of the tokens every prefix ([1, length] each) begins with, computed once, when there are
-        several and they share at least SHARED_MIN tokens (SKILL.md, the system prompt of every task); else None."""
+    def shared_prefix(self, prefixes) -> tuple[int, object] | None:
+        """(length, KV cache) of the tokens every prefix ([1, length] each) begins with, computed once (with gradients
+        when enabled), when there are several and they share at least SHARED_MIN tokens (SKILL.md, the system prompt
+        of every task); else None."""
         if len(prefixes) < 2:
             return None
         first, length = prefixes[0][0], min(p.shape[1] for p in prefixes)
@@ -248,14 +249,18 @@ class Policy:
             length = int(differ[0]) if len(differ) else length
         return (length, self.prefix_cache(prefixes[0][:, :length], 1)) if length >= SHARED_MIN else None
 
-    def _prefix_after(self, shared, prefix):
-        """The KV cache of `prefix` ([1, length]): the shared part's, forked, with the rest run after it."""
+    def prefix_after(self, shared, prefix, n: int = 1):
+        """The KV cache of `prefix` ([1, length]) for `n` rows: the shared start's (shared_prefix's (length, cache), or
+        None), forked, with the rest run after it."""
         if shared is None:
-            return self.prefix_cache(prefix, 1)
+            return self.prefix_cache(prefix, n)
         length, cache = shared
         own = self.fork(cache)
         if prefix.shape[1] > length:
             self.model(input_ids=prefix[:, length:], past_key_values=own, use_cache=True, logits_to_keep=1)
+        if n > 1:
+            for layer in own.layers:
+                layer.batch_repeat_interleave(n)
         return own
 
     def prefix_cache(self, prefix, n: int):
@@ -279,6 +284,21 @@ class Policy:
         for i, layer in enumerate(cache.layers):
             copy_.update(layer.keys, layer.values, i)
         return copy_
+
+    @staticmethod
+    def leaves(cache) -> tuple[object, list]:
+        """(a copy of `cache`, its keys and values in order: layer 0's keys, its values, layer 1's keys, ...), these
+        being leaves of no graph that gather the gradients (`.grad`) of what reads the copy, so that the cache's own
+        graph is left for one later backward pass. (A cache stores what it is given through torch.cat: the copy's
+        own tensors are not the leaves.)"""
+        from transformers import DynamicCache
+
+        copy_, leaves = DynamicCache(), []
+        for i, layer in enumerate(cache.layers):
+            pair = (layer.keys.detach().requires_grad_(), layer.values.detach().requires_grad_())
+            copy_.update(*pair, i)
+            leaves += pair
+        return copy_, leaves
 
     @contextmanager
     def _adapter(self, on: bool):
