@@ -34,14 +34,16 @@ def prompts(policy) -> list[list[int]]:
     ]
 
 
-def test_the_decoder_answers_as_transformers_generate_with_rows_ending_at_different_steps(monkeypatch):
-    """Unpacked, float32: per-prompt rows, a shared start, the adapter, and rows that end early (a stop token chosen
-    among the first answer's tokens) leaving the batch: the tokens and logprobs of transformers' generate (the
-    path for models the decoder does not cover); without the adapter, other logprobs."""
+@pytest.mark.parametrize("counts", [(2, 1, 3), (1, 1, 1)], ids=["rows-per-prompt", "one-row-each"])
+def test_the_decoder_answers_as_transformers_generate_with_rows_ending_at_different_steps(monkeypatch, counts):
+    """Unpacked, float32: per-prompt rows (or one each: new tokens written after the prompt's keys), a shared start,
+    the adapter, and rows that end early (a stop token chosen among the first answer's tokens) leaving the batch:
+    the tokens and logprobs of transformers' generate (the path for models the decoder does not cover); without
+    the adapter, other logprobs."""
     policy = adapted_policy(monkeypatch, packed=False)
     assert policy.decoder is not None and policy.decoder.packed == 0
     ids = prompts(policy)
-    asked = [(ids[0], 2), (ids[1], 1), (ids[2], 3)]
+    asked = list(zip(ids, counts))
     reference = policy._generate_hf(asked, 0.0, 10, True)
     # a token the first answer writes midway ends the rows that write it, at their own step
     policy.stop_ids = {*policy.stop_ids, reference[0].token_ids[4]}

@@ -17,7 +17,9 @@ attention with grouped key/value heads, SwiGLU), reading the same tensors the tr
   ~0.05 nats of rounding into the logprobs); unpacked it is the trainer's float32;
 - attention reads each prompt's keys and values once a step for all its rows (their queries side by side, a
   key/value head's group of query heads among them), the new tokens' per row, and joins the two softmaxes by
-  their log-sum-exps: no prompt is copied per row, nothing is padded or masked;
+  their log-sum-exps: no prompt is copied per row, nothing is padded or masked; where every prompt has one row
+  (one answer decoded alone, or one each), its new tokens are written after its prompt's keys and values, and one
+  attention call a layer reads both;
 - rows that have finished leave the batch, so a long answer does not make the short ones' rows decode on.
 
 The logprob gap this leaves against the trainer's forward pass is measured by bench/cpu_decode.py.
@@ -212,7 +214,8 @@ class Decoder:
 
     def batch(self, prompts: list, counts: list[int], max_tokens: int) -> Batch:
         """A decoding batch of counts[i] rows for prompt i, whose keys and values (but its last token's) are in
-        prompts[i] (a transformers cache or per-layer pairs)."""
+        prompts[i] (a transformers cache or per-layer pairs). Where every prompt has one row, each prompt's keys
+        and values are copied once into a buffer with room for its new tokens after them (Batch.lengths)."""
         # a one-token prompt's cache has no layers: nothing comes before its last token
         empty = torch.zeros(1, self.kv_heads, 0, self.head_dim, dtype=self.dtype)
         layers = [
@@ -222,9 +225,23 @@ class Decoder:
             for cache in prompts
         ]
         ends = [sum(counts[: i + 1]) for i in range(len(counts))]
+        groups = [(end - n, end) for end, n in zip(ends, counts)]
+        if all(n == 1 for n in counts):
+            lengths = [prefix[0][0].shape[2] for prefix in layers]
+            joined = [
+                [
+                    tuple(
+                        torch.cat([t, torch.zeros(1, self.kv_heads, max_tokens, self.head_dim, dtype=self.dtype)], 2)
+                        for t in pair
+                    )
+                    for pair in prefix
+                ]
+                for prefix in layers
+            ]
+            return Batch(joined, groups, [], lengths)
         shape = (ends[-1], self.kv_heads, max_tokens, self.head_dim)
         new = [(torch.zeros(shape, dtype=self.dtype), torch.zeros(shape, dtype=self.dtype)) for _ in self.layers]
-        return Batch(layers, [(end - n, end) for end, n in zip(ends, counts)], new)
+        return Batch(layers, groups, new)
 
     def adapters(self) -> list[tuple[_Adapter | None, _Adapter | None]]:
         """Each layer's LoRA adapters as they are now, (q, k and v's joined, o's): taken once per decoding call,
@@ -251,10 +268,13 @@ class Decoder:
                 qkv = (qkv.float() + adapters[i][0](h)).to(self.dtype)
             # the queries' and keys' heads rotated together
             qk = _rotate(qkv[:, : layer.q_size + layer.kv_size].view(rows, heads, self.head_dim), cos, sin)
-            keys, values = batch.new[i]
-            keys[:, :, at] = qk[:, self.heads :]
-            values[:, :, at] = qkv[:, layer.q_size + layer.kv_size :].view(rows, self.kv_heads, self.head_dim)
-            out = self._attend(i, qk[:, : self.heads], at, batch)
+            key, value = qk[:, self.heads :], qkv[:, layer.q_size + layer.kv_size :].view(rows, self.kv_heads, -1)
+            if batch.lengths is None:
+                keys, values = batch.new[i]
+                keys[:, :, at], values[:, :, at] = key, value
+                out = self._attend(i, qk[:, : self.heads], at, batch)
+            else:
+                out = self._attend_joined(i, qk[:, : self.heads], key, value, at, batch)
             o = layer.o(out)
             if adapters is not None and adapters[i][1] is not None:
                 o = (o.float() + adapters[i][1](out)).to(self.dtype)
@@ -294,6 +314,19 @@ class Decoder:
         out = torch.lerp(new_out.float(), prompt_out.float(), share)
         return out.to(self.dtype).reshape(rows, self.heads * self.head_dim)
 
+    def _attend_joined(self, i: int, q, key, value, at: int, batch: Batch) -> torch.Tensor:
+        """_attend where each row is its prompt's only one: its new key and value written after its prompt's, and
+        one attention call over both."""
+        outs = []
+        for row, (prefix, length) in enumerate(zip(batch.prompts, batch.lengths)):
+            keys, values = prefix[i]
+            end = length + at + 1
+            keys[0, :, end - 1], values[0, :, end - 1] = key[row], value[row]
+            together = q[row].view(1, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+            outs.append(_flash(together, keys[:, :, :end], values[:, :, :end])[0])
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return out.reshape(q.shape[0], self.heads * self.head_dim)
+
 
 def _flash(q, k, v):
     """(attention output, log-sum-exp of the scores) of torch's CPU flash attention: queries [b, h, n, d]."""
@@ -304,14 +337,24 @@ def _flash(q, k, v):
 class Batch:
     """What a decoding batch attends to: each prompt's keys and values but its last token's (per layer, [1,
     kv heads, length, dim], computed once for all its rows), the rows of each prompt (a range of the batch's rows,
-    in the prompts' order), and the new tokens' keys and values (per layer, [rows, kv heads, max tokens, dim])."""
+    in the prompts' order), and the new tokens' keys and values (per layer, [rows, kv heads, max tokens, dim]).
+    With `lengths`, every prompt has one row, and its new tokens' keys and values are written into the prompt's
+    own tensors after its first lengths[i] positions (`new` is empty)."""
 
     prompts: list[list[tuple[torch.Tensor, torch.Tensor]]]
     groups: list[tuple[int, int]]
     new: list[tuple[torch.Tensor, torch.Tensor]]
+    lengths: list[int] | None = None
 
     def keep(self, rows: list[int]) -> Batch:
         """The batch of these rows only (in order): a prompt none of them comes from is left out."""
+        if self.lengths is not None:
+            return Batch(
+                [self.prompts[r] for r in rows],
+                [(j, j + 1) for j in range(len(rows))],
+                [],
+                [self.lengths[r] for r in rows],
+            )
         prompts, groups, at = [], [], 0
         for prefix, (start, end) in zip(self.prompts, self.groups):
             n = sum(start <= r < end for r in rows)
