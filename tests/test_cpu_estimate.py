@@ -107,3 +107,27 @@ def test_a_skill_with_tools_is_estimated_from_its_own_measured_episodes():
         + 22 * s.sft_epochs * presets.TOOL_SFT_EXAMPLE_SECONDS
     )
     assert tools == pytest.approx(parts) and tools > 2 * text
+
+
+def test_a_cpu_without_native_bf16_is_estimated_from_the_float32_run():
+    s = settings()
+    bf16 = presets.estimated_seconds(s, val_tasks=24, train_tasks=64)
+    f32 = presets.estimated_seconds(s, val_tasks=24, train_tasks=64, precision="float32")
+    parts = (
+        presets.STARTUP_SECONDS
+        + 10 * presets.FLOAT32_STEP_SECONDS
+        + 4 * 6 * presets.FLOAT32_VAL_TASK_SECONDS
+        + 64 * presets.FLOAT32_SFT_EXAMPLE_SECONDS
+    )
+    assert f32 == pytest.approx(parts) and f32 > bf16
+    # a skill with tools: each part scaled by the text rehearsal's float32/bf16 ratio for it
+    t = settings(**presets.TOOL_DEFAULTS, eval_every=1000)
+    step = presets.FLOAT32_STEP_SECONDS / presets.STEP_SECONDS
+    val = presets.FLOAT32_VAL_TASK_SECONDS / presets.VAL_TASK_SECONDS
+    sft = presets.FLOAT32_SFT_EXAMPLE_SECONDS / presets.SFT_EXAMPLE_SECONDS
+    assert presets.estimated_seconds(t, 7, 22, tools=True, precision="float32") == pytest.approx(
+        presets.STARTUP_SECONDS
+        + t.steps * presets.TOOL_STEP_SECONDS * step
+        + 6 * (2 * presets.TOOL_VAL_TASK_SECONDS + presets.TOOL_BASE_VAL_TASK_SECONDS) * val
+        + 22 * t.sft_epochs * presets.TOOL_SFT_EXAMPLE_SECONDS * sft
+    )

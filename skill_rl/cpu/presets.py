@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from skill_rl.cpu.weights import TINY_MODEL, busy_cores, locate, quiet_threads, threads
+from skill_rl.cpu.weights import TINY_MODEL, busy_cores, locate, precision, quiet_threads, threads
 from skill_rl.prompts import Fade
 from skill_rl.settings.defaults import CPU_DEFAULTS, CPU_TOOL_DEFAULTS
 
@@ -51,15 +51,32 @@ WITHOUT_SKILL_STEP_SHARE = 0.68
 TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS = 287, 40.1, 12.0, 6.6
 
 
-def estimated_seconds(args, val_tasks: int, train_tasks: int, tools: bool = False) -> float:
+# The constants above are a CPU's that multiplies bf16 natively (AMX), where the base is held in bf16. On one that
+# does not, the base is held in float32 (weights.precision()) and every part takes longer; the text rehearsal measured
+# the same way on such a machine (a 2-core AMD EPYC with AVX2, quiet; README's first command, commit e93c395;
+# docs/cpu-learning.md, "How long the rehearsal takes"; 1,510 s in all): seconds an RL step took (49-120 s, mean
+# 68 over 10 steps), seconds per val task (38-45 s for 6 tasks), seconds per warm-start example (644 s for 64).
+FLOAT32_STEP_SECONDS, FLOAT32_VAL_TASK_SECONDS, FLOAT32_SFT_EXAMPLE_SECONDS = 68, 7.0, 10.1
+
+
+def estimated_seconds(
+    args, val_tasks: int, train_tasks: int, tools: bool = False, precision: str = "bfloat16"
+) -> float:
     """How long a CPU run with these settings takes on the quiet 2-core machine the constants above were measured
     on: startup, the warm start's examples, the RL steps (cheaper without SKILL.md), the validations; `tools`: a
-    skill with tools, whose episodes take turns."""
+    skill with tools, whose episodes take turns; `precision`: the base's dtype (weights.precision()), float32 where
+    the CPU has no native bf16. A skill with tools was measured in bf16 only: in float32 each of its parts is scaled
+    by the text rehearsal's float32/bf16 ratio for the same part (an estimate of an estimate)."""
     step, val_task, base_val_task, sft_example = (
         (TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS)
         if tools
         else (STEP_SECONDS, VAL_TASK_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS)
     )
+    if precision == "float32":
+        step *= FLOAT32_STEP_SECONDS / STEP_SECONDS
+        val_task *= FLOAT32_VAL_TASK_SECONDS / VAL_TASK_SECONDS
+        base_val_task *= FLOAT32_VAL_TASK_SECONDS / VAL_TASK_SECONDS
+        sft_example *= FLOAT32_SFT_EXAMPLE_SECONDS / SFT_EXAMPLE_SECONDS
     per_step = (
         args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
     )
@@ -122,7 +139,7 @@ def rehearsal(args, base_model: str, val_tasks: int, train_tasks: int, tools: bo
     locate(base_model)
     quiet_threads()
     busy = busy_cores()
-    seconds = estimated_seconds(args, val_tasks, train_tasks, tools)
+    seconds = estimated_seconds(args, val_tasks, train_tasks, tools, precision())
     model = "SmolLM2-135M-Instruct, 135M parameters" if base_model == TINY_MODEL else base_model
     first = (
         f"a supervised warm start ({args.sft_epochs} epoch(s) at {args.sft_learning_rate:g}), then " if args.sft else ""
