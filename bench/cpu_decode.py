@@ -24,6 +24,7 @@ The last two lines are for scripts:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -106,7 +107,7 @@ def main() -> int:
     llm = Llama(model_path=str(Path(folder) / gguf), n_threads=args.threads, n_ctx=4096, n_batch=512, verbose=False)
     print(
         f"{gguf}, {args.threads} threads, {args.tokens} tokens greedy, prompts of {min(map(len, ids))}-"
-        f"{max(map(len, ids))} tokens; ours in {policy.dtype}, "
+        f"{max(map(len, ids))} tokens, their first {len(os.path.commonprefix(ids))} shared (SKILL.md); ours in {policy.dtype}, "
         f"{policy.decoder.packed if policy.decoder else 0} layer matrices packed as int4",
         flush=True,
     )

@@ -211,12 +211,13 @@ class CPUBackend:
 
     def _losses(self, parts, tokens: int, anchor: Anchor | None, kl: list, share: bool = True):
         """Each group's loss (_loss), for Policy.step to backpropagate in turn. The start every group's prompt shares
-        (SKILL.md: 847 of git-commit's 1,065-1,914 prompt tokens) is computed once, with gradients, as the decoding
-        does: the groups read its keys and values as leaves of their own graphs, which sum their gradients, and once
-        the last group's backward pass has run, the start's own backward pass takes those sums. The same loss and
-        gradient as a full prompt per group (`share=False`), with the start's forward and backward paid once a step
-        rather than once a group. With an anchor, the reference's logprobs come first, all groups' under one swap of
-        its weights (its start once too): swapped in later, they would change tensors the start's graph holds."""
+        (SKILL.md: the first 847 tokens of git-commit's prompts of 1,065-1,813, bench/cpu_decode.py) is computed once,
+        with gradients, as the decoding does: the groups read its keys and values as leaves of their own graphs, which
+        sum their gradients, and once the last group's backward pass has run, the start's own backward pass takes
+        those sums. The same loss and gradient as a full prompt per group (`share=False`), with the start's forward
+        and backward paid once a step rather than once a group. With an anchor, the reference's logprobs come first,
+        all groups' under one swap of its weights (its start once too): swapped in later, they would change tensors
+        the start's graph holds."""
         import torch
 
         prompts = [torch.tensor([prefix]) for prefix, _ in parts]
