@@ -90,3 +90,54 @@ def test_a_matrix_that_is_not_4_bit_levels_is_multiplied_as_it_is():
     x = torch.randn(3, 64)
     assert torch.allclose(packed(x), x @ weight.T, atol=0.02 * float((x @ weight.T).abs().max()))
     assert Int4.of(torch.randn(64, 64)) is None
+
+
+def test_a_next_turn_reads_its_chat_so_far_from_the_kept_prompts_and_decodes_as_if_computed_anew(monkeypatch):
+    """A tool episode's next turn is its last prompt, the answer and the tool's result: its prompt's keys and values
+    are read from the last call's (Prefixes) and only the rest is computed, giving the tokens and logprobs of a
+    decoding that computes the whole prompt (unpacked, float32: packed, the bf16 rounding of the activations turns
+    the 1e-5 of a different summation order into up to 0.1 nats on this random adapter, as the shared start does).
+    Weights changed in place (an optimizer step, a checkpoint) or the adapter turned off: nothing kept is read,
+    since it is of other weights."""
+    import torch
+
+    policy = adapted_policy(monkeypatch, packed=False)
+    first = [(p, 1) for p in prompts(policy)]
+    answers = policy.generate_many(first, 0.0, 6, True)
+    result = policy.tokenizer.encode(" tool says: 3 files changed, the tests pass", add_special_tokens=False)
+    after = [(p + a.token_ids + result, 2) for (p, _), a in zip(first, answers)]
+
+    def anew(adapter=True):
+        policy.prefixes.clear()
+        return policy.generate_many(after, 0.0, 6, adapter)
+
+    def next_turn(adapter=True):
+        policy.prefixes.clear()
+        policy.generate_many(first, 0.0, 6, True)
+        reused = policy.prefixes.reused
+        got = policy.generate_many(after, 0.0, 6, adapter)
+        return got, policy.prefixes.reused - reused
+
+    def same(a, b):
+        assert [s.token_ids for s in a] == [s.token_ids for s in b]
+        assert max(abs(x - y) for s, t in zip(a, b) for x, y in zip(s.logprobs, t.logprobs)) < 1e-4
+
+    got, reused = next_turn()
+    # every prompt of the next turn began with a kept one, its last token aside
+    assert reused == sum(len(p) - 1 for p, _ in first)
+    same(got, anew())
+    # the adapter off: the kept prompts are the adapter's, not read
+    got, reused = next_turn(adapter=False)
+    assert reused == 0
+    same(got, anew(adapter=False))
+    # the adapter's weights changed in place after the first turn: not read either
+    policy.prefixes.clear()
+    policy.generate_many(first, 0.0, 6, True)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(-1.0)
+    reused = policy.prefixes.reused
+    got = policy.generate_many(after, 0.0, 6, True)
+    assert policy.prefixes.reused == reused
+    same(got, anew())

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skill_rl.cpu import toolcalls
-from skill_rl.cpu.presets import LORA
+from skill_rl.cpu.prefixes import Prefixes
+from skill_rl.cpu.presets import LORA, PREFIX_BYTES
 from skill_rl.cpu.weights import (
     checkpoint_problem,
     load_base,
@@ -48,6 +49,16 @@ def _rows_stopped(abandoned):
             return torch.tensor(abandoned(), dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([Abandoned()])
+
+
+def _cache_of(layers):
+    """A transformers cache holding per-layer (keys, values)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (keys, values) in enumerate(layers):
+        cache.update(keys, values, i)
+    return cache
 
 
 # tokens that prompts decoded together must share before their common start is computed once
@@ -87,7 +98,10 @@ class Policy:
             # the adapter trains in float32 whatever the base's dtype (see precision)
             if p.requires_grad:
                 p.data = p.data.float()
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=1e-5)
+        self.trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trained, lr=1e-5)
+        # recent prompts' keys and values, for a next turn that begins with one (generate_many)
+        self.prefixes = Prefixes(PREFIX_BYTES)
         self.lock = threading.Lock()
         # what the optimizer's moments were last updated for: "sft" or "rl" (see step)
         self.phase = "rl"
@@ -125,7 +139,7 @@ class Policy:
             self.model.eval()
             started = time.perf_counter()
             adapters = self.decoder.adapters() if adapter else None
-            caches = self._prefix_caches([torch.tensor([p[:-1]]) for p, _ in prompts])
+            caches = self._prompt_caches([torch.tensor([p[:-1]]) for p, _ in prompts], adapter)
             batch = self.decoder.batch(caches, [n for _, n in prompts], max_tokens)
             del caches
             prefilled = time.perf_counter()
@@ -181,8 +195,9 @@ class Policy:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
         with self.lock, torch.no_grad(), self._adapter(adapter):
             self.model.eval()
+            caches = self._prompt_caches([torch.tensor([p[:-1]]) for p, _ in prompts], adapter)
             cache = self._batch_cache(
-                [(torch.tensor([p[:-1]]), n, width - len(p)) for p, n in prompts], width + max_tokens
+                [(c, n, width - len(p)) for c, (p, n) in zip(caches, prompts)], width + max_tokens
             )
             out = self.model.generate(
                 input_ids=ids,
@@ -207,18 +222,14 @@ class Policy:
         release_memory()
         return samples
 
-    def _batch_cache(self, parts, size: int):
-        """One KV cache for rows of several prefixes, each (prefix [1, length], rows, left padding) computed once,
-        repeated for its rows and left-padded with zeros (masked out by the attention mask), in a cache allocated
-        once for `size` positions (the prompts and the new tokens): a growing cache copies all of itself at every
-        decoding step, which with a 1,500-token prompt was a third of the generation's time."""
+    def _batch_cache(self, caches, size: int):
+        """One KV cache for rows of several prefixes, each (its cache, rows, left padding), repeated for its rows
+        and left-padded with zeros (masked out by the attention mask), in a cache allocated once for `size`
+        positions (the prompts and the new tokens): a growing cache copies all of itself at every decoding step,
+        which with a 1,500-token prompt was a third of the generation's time."""
         import torch
         from transformers import StaticCache
 
-        caches = [
-            (cache, n, pad)
-            for cache, (_, n, pad) in zip(self._prefix_caches([prefix for prefix, _, _ in parts]), parts)
-        ]
         static = StaticCache(config=self.model.config, max_cache_len=size)
         # no layers: every prompt is one token, nothing to prefill
         for i in range(len(caches[0][0].layers)):
@@ -232,22 +243,47 @@ class Policy:
             static.update(torch.cat([k for k, _ in padded]), torch.cat([v for _, v in padded]), i)
         return static
 
-    def _prefix_caches(self, prefixes) -> list:
-        """The KV cache of each prefix ([1, length] each), the start they share computed once (see shared_prefix)."""
-        shared = self.shared_prefix(prefixes)
-        return [self.prefix_after(shared, prefix) for prefix in prefixes]
+    def weights_key(self, adapter: bool) -> tuple:
+        """What identifies the weights a prompt is computed with: the adapter on or off, and each trained tensor's
+        version counter, which torch bumps at every in-place change (an optimizer step, a checkpoint loaded, a
+        reference's weights swapped in and back)."""
+        return (adapter, tuple((id(p), p._version) for p in self.trained))
 
-    def shared_prefix(self, prefixes) -> tuple[int, object] | None:
-        """(length, KV cache) of the tokens every prefix ([1, length] each) begins with, computed once (with gradients
-        when enabled), when there are several and they share at least SHARED_MIN tokens (SKILL.md, the system prompt
-        of every task); else None."""
+    def _prompt_caches(self, prefixes, adapter: bool) -> list:
+        """The KV cache of each prefix ([1, length] each) for decoding: read from the prompts kept from earlier calls
+        (Prefixes) as far as one begins the same, the rest computed after it; a prefix that no kept prompt begins
+        further than the batch's shared start begins comes after that start, computed once (see shared_prefix).
+        Each prefix's cache is kept in turn, for the next turn of its episode."""
+        key = self.weights_key(adapter)
+        found = [self.prefixes.longest(p[0], key) for p in prefixes]
+        start = self.shared_length(prefixes)
+        rest = [p for p, (n, _) in zip(prefixes, found) if n <= start]
+        shared = (start, self.prefix_cache(prefixes[0][:, :start], 1)) if start and rest else None
+        caches = []
+        for prefix, (n, layers) in zip(prefixes, found):
+            reused = n > start
+            self.prefixes.reused += n if reused else 0
+            self.prefixes.computed += prefix.shape[1] - (n if reused else start)
+            caches.append(self.prefix_after((n, _cache_of(layers)) if reused else shared, prefix))
+            self.prefixes.add(prefix[0], [(layer.keys, layer.values) for layer in caches[-1].layers], key)
+        return caches
+
+    def shared_length(self, prefixes) -> int:
+        """How many tokens every prefix ([1, length] each) begins with, when there are several and they share at
+        least SHARED_MIN (SKILL.md, the system prompt of every task); else 0."""
         if len(prefixes) < 2:
-            return None
+            return 0
         first, length = prefixes[0][0], min(p.shape[1] for p in prefixes)
         for p in prefixes[1:]:
             differ = (p[0, :length] != first[:length]).nonzero()
             length = int(differ[0]) if len(differ) else length
-        return (length, self.prefix_cache(prefixes[0][:, :length], 1)) if length >= SHARED_MIN else None
+        return length if length >= SHARED_MIN else 0
+
+    def shared_prefix(self, prefixes) -> tuple[int, object] | None:
+        """(length, KV cache) of the tokens every prefix ([1, length] each) begins with (shared_length), computed
+        once (with gradients when enabled); None when they share none."""
+        length = self.shared_length(prefixes)
+        return (length, self.prefix_cache(prefixes[0][:, :length], 1)) if length else None
 
     def prefix_after(self, shared, prefix, n: int = 1):
         """The KV cache of `prefix` ([1, length]) for `n` rows: the shared start's (shared_prefix's (length, cache), or
@@ -373,6 +409,8 @@ class Policy:
         import torch
 
         with self.lock:
+            # the kept prompts are of the weights this step changes: their memory is the training's
+            self.prefixes.clear()
             if phase == "rl" and self.phase == "sft":
                 self.optimizer.state.clear()
             self.phase = phase

@@ -32,6 +32,11 @@ GEN_BATCH = 16
 BATCH_WINDOW_S = 0.2
 
 
+# bytes of earlier prompts' keys and values the sampler keeps for a next turn that begins with one (prefixes.py):
+# SmolLM2-135M's are 46 kB a token in float32, so ~45k tokens, a step's 16 tool episodes' chats at 1.5-2.5k each
+PREFIX_BYTES = 2 << 30
+
+
 # Measured on git-commit with the README's first command on the quiet 2-core machine (docs/cpu-learning.md,
 # "How long the rehearsal takes"; 925 s in all): seconds an RL step took with the defaults above (40-64 s, mean
 # 49 over 10 steps), seconds per val task in a validation of 4 rollouts each (25-29 s for 6 tasks), seconds per
