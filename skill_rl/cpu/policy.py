@@ -259,6 +259,7 @@ class Policy:
         start = self.shared_length(prefixes)
         rest = [p for p, (n, _) in zip(prefixes, found) if n <= start]
         shared = (start, self.prefix_cache(prefixes[0][:, :start], 1)) if start and rest else None
+        self.prefixes.computed += start if shared is not None else 0
         caches = []
         for prefix, (n, layers) in zip(prefixes, found):
             reused = n > start

@@ -62,7 +62,8 @@ class Prefixes:
     def add(self, tokens: torch.Tensor, layers: list, key) -> None:
         """Keep the per-layer (keys [1, heads, length, dim], values) of `tokens` ([length]), computed under `key`."""
         self._under(key)
-        size = sum(k.nbytes + v.nbytes for k, v in layers)
+        # what it holds in memory: a view (a kept prompt read to its end, nothing after it) holds all it is a view of
+        size = sum(k.untyped_storage().nbytes() + v.untyped_storage().nbytes() for k, v in layers)
         if size > self.budget or not len(tokens):
             return
         for entry_id, (kept, _, kept_size) in list(self.entries.items()):
