@@ -400,6 +400,86 @@ def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(
     assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
 
 
+def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_with_the_same_loss_and_gradient(
+    monkeypatch,
+):
+    """A tool episode's rows in a group often go on alike after the prompt (the same first calls, so the same
+    results): that stretch runs once for the group (CPUBackend._together), its trained tokens' logprobs and the
+    logits after it shared by the rows, each row's rest after it. Two-turn rows whose first answer and the message
+    after it are the same, whose second answers differ: the same losses, gradient and KL as every row run whole."""
+    import art
+    import torch
+    from openai.types.chat.chat_completion import Choice
+
+    from skill_rl.cpu.backend import Anchor, CPUBackend
+
+    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
+    monkeypatch.setenv("SKILL_RL_CPU_INT4", "0")
+    policy = cpu.Policy(cpu.TINY_MODEL)
+    backend = CPUBackend.__new__(CPUBackend)
+    backend.policy = policy
+    for p in policy.model.parameters():
+        if p.requires_grad:
+            p.data.normal_(0, 0.02)
+
+    def choice(prompt, sample):
+        return Choice.model_validate(
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": policy.tokenizer.decode(sample.token_ids)},
+                "logprobs": {
+                    "content": [
+                        {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                        for t, lp in zip(sample.token_ids, sample.logprobs)
+                    ]
+                },
+                "prompt_token_ids": prompt,
+                "token_ids": sample.token_ids,
+            }
+        )
+
+    system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
+    result = {"role": "user", "content": "The tool says: three files changed, all tests pass. Now say it again. " * 3}
+    groups = []
+    for question in ("say hi", "name a colour"):
+        messages = [system, {"role": "user", "content": question}]
+        prompt = policy.prompt_ids(messages)
+        first = choice(prompt, policy.generate_many([(prompt, 1)], 0.0, 6, True)[0])
+        second = [*messages, {"role": "assistant", "content": first.message.content}, result]
+        prompt2 = policy.prompt_ids(second)
+        answers = [choice(prompt2, s) for s in policy.generate_many([(prompt2, 3)], 1.0, 6, True)]
+        groups.append(
+            art.TrajectoryGroup(
+                art.Trajectory(messages_and_choices=[*messages, first, result, a], reward=r)
+                for r, a in zip((0.0, 1.0, 3.0), answers)
+            )
+        )
+    parts, trained = backend._parts(groups)
+    assert len(parts) == 2 and trained == 6
+    tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
+    anchor = Anchor(0.5, None)
+    together = []
+    original = backend._together
+    monkeypatch.setattr(backend, "_together", lambda *a: together.append(a[3]) or original(*a))
+
+    def figures(share: bool):
+        policy.model.zero_grad()
+        kl, losses = [0.0], []
+        for loss in backend._losses(parts, tokens, anchor, kl, share):
+            loss.backward()
+            losses.append(float(loss.detach()))
+        grad = torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
+        return losses, grad, kl[0]
+
+    (want, want_grad, want_kl), (got, got_grad, got_kl) = figures(False), figures(True)
+    # each group's stretch ran once for the reference and once for the policy: the first answer and the message after
+    assert len(together) == 4 and min(together) > 6 + 40
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
+    assert want_kl != 0 and got_kl == pytest.approx(want_kl, abs=tokens * 1e-5)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
+
+
 def policy_module_shared_min() -> int:
     from skill_rl.cpu.policy import SHARED_MIN
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skill_rl.cpu import toolcalls
-from skill_rl.cpu.policy import Policy
+from skill_rl.cpu.policy import SHARED_MIN, Policy
 from skill_rl.cpu.server import Server
 from skill_rl.cpu.weights import TINY_MODEL
 from skill_rl.errors import Exit
@@ -33,6 +33,21 @@ def _next(mask):
     shifted = mask.roll(-1, 1)
     shifted[:, -1] = False
     return shifted
+
+
+def _alike(packed) -> int:
+    """How many first columns the packed rows hold alike (token, position, whether trained, none of it padding),
+    leaving every row at least two tokens after them."""
+    import torch
+
+    same = torch.ones(packed["tokens"].shape[1], dtype=torch.bool)
+    for key in ("tokens", "input_pos", "assistant_mask"):
+        same &= (packed[key] == packed[key][:1]).all(0)
+    same &= (packed["group_ids"] >= 0).all(0)
+    differ = (~same).nonzero()
+    alike = int(differ[0]) if len(differ) else len(same)
+    shortest = int((packed["group_ids"] >= 0).sum(1).min())
+    return max(0, min(alike, shortest - 2))
 
 
 def sft_ready(trajectory, template: str | None):
@@ -225,27 +240,65 @@ class CPUBackend:
         if anchor is not None:
             with torch.no_grad(), self.policy.weights_of(anchor.adapter):
                 start = self.policy.shared_prefix(prompts) if share else None
-                refs = [self._logprobs(start, prompt, packed) for prompt, (_, packed) in zip(prompts, parts)]
+                refs = [self._logprobs(start, prompt, packed, share) for prompt, (_, packed) in zip(prompts, parts)]
         start = self.policy.shared_prefix(prompts) if share else None
         copy_, leaves = self.policy.leaves(start[1]) if start is not None else (None, [])
         for prompt, (_, packed), ref in zip(prompts, parts, refs):
-            new = self._logprobs(start and (start[0], copy_), prompt, packed)
+            new = self._logprobs(start and (start[0], copy_), prompt, packed, share)
             yield self._loss(packed, new, ref, tokens, anchor, kl)
         if start is not None:
             outputs = [t for layer in start[1].layers for t in (layer.keys, layer.values)]
             pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves) if leaf.grad is not None]
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
-    def _logprobs(self, start, prompt, packed):
+    def _logprobs(self, start, prompt, packed, share: bool = True):
         """The logprobs of a group's trained tokens (the rows packed after its prompt [1, length]), the prompt's first
-        tokens read from `start` ((length, cache) or None: computed here)."""
+        tokens read from `start` ((length, cache) or None: computed here). Where the rows go on alike after the
+        prompt (a tool episode's first calls, the same for the group's episodes, and their results: half the tokens
+        after the prompts of a git-commit-agent step), that stretch is computed once for all of them (_together;
+        `share=False`: each row whole)."""
         import torch
 
         rows = packed["tokens"].shape[0]
-        mask = torch.cat([torch.ones(rows, prompt.shape[1], dtype=torch.long), (packed["group_ids"] >= 0).long()], 1)
+        valid = (packed["group_ids"] >= 0).long()
         needed = _next(packed["assistant_mask"].bool())
+        alike = _alike(packed) if rows > 1 and share else 0
+        if alike >= SHARED_MIN:
+            return self._together(start, prompt, packed, alike, valid, needed)
+        mask = torch.cat([torch.ones(rows, prompt.shape[1], dtype=torch.long), valid], 1)
         cache = self.policy.prefix_after(start, prompt, rows)
         return self.policy.token_logprobs(packed["tokens"], mask, packed["input_pos"], needed, cache)
+
+    def _together(self, start, prompt, packed, alike: int, valid, needed):
+        """_logprobs where the rows' first `alike` tokens are the same (tokens, positions, what is trained): those
+        run once, as one row after the prompt, giving each of their trained tokens' logprob (the same for every row)
+        and the logits after the last of them, from which each row's next token's logprob is taken; each row's rest
+        runs after them. The same logprobs and gradient as every row run whole."""
+        import torch
+        import torch.nn.functional as F
+
+        tokens, positions = packed["tokens"], packed["input_pos"]
+        rows, length = tokens.shape[0], prompt.shape[1]
+        cache = self.policy.prefix_after(start, prompt, 1)
+        # the columns whose next token lies in the stretch, and its last column
+        cols = needed[0, : alike - 1].nonzero().flatten()
+        out = self.policy.model(
+            input_ids=tokens[:1, :alike],
+            attention_mask=torch.ones(1, length + alike, dtype=torch.long),
+            position_ids=positions[:1, :alike],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=torch.cat([cols, torch.tensor([alike - 1])]),
+        )
+        logits = out.logits.float()[0]
+        inside = -F.cross_entropy(logits[:-1], tokens[0, cols + 1], reduction="none")
+        last = logits[-1].log_softmax(-1)[tokens[:, alike]]
+        head = torch.zeros(rows, alike - 1, dtype=inside.dtype).index_copy(1, cols, inside.expand(rows, -1))
+        for layer in cache.layers:
+            layer.batch_repeat_interleave(rows)
+        mask = torch.cat([torch.ones(rows, length + alike, dtype=torch.long), valid[:, alike:]], 1)
+        tail = self.policy.token_logprobs(tokens[:, alike:], mask, positions[:, alike:], needed[:, alike:], cache)
+        return torch.cat([head, last[:, None], tail], 1)
 
     @staticmethod
     def _loss(packed, new, ref, tokens: int, anchor: Anchor | None, kl: list):
