@@ -36,12 +36,13 @@ def _next(mask):
 
 
 def _alike(packed) -> int:
-    """How many first columns the packed rows hold alike (token, position, whether trained, none of it padding),
-    leaving every row at least two tokens after them."""
+    """How many first columns the packed rows hold alike (token and position, none of it padding), leaving every
+    row at least two tokens after them. Which of those tokens a row trains may differ (ART splits an episode
+    whose turns do not render as one chat into rows that train some of its answers each)."""
     import torch
 
     same = torch.ones(packed["tokens"].shape[1], dtype=torch.bool)
-    for key in ("tokens", "input_pos", "assistant_mask"):
+    for key in ("tokens", "input_pos"):
         same &= (packed[key] == packed[key][:1]).all(0)
     same &= (packed["group_ids"] >= 0).all(0)
     differ = (~same).nonzero()
@@ -270,8 +271,8 @@ class CPUBackend:
         return self.policy.token_logprobs(packed["tokens"], mask, packed["input_pos"], needed, cache)
 
     def _together(self, start, prompt, packed, alike: int, valid, needed):
-        """_logprobs where the rows' first `alike` tokens are the same (tokens, positions, what is trained): those
-        run once, as one row after the prompt, giving each of their trained tokens' logprob (the same for every row)
+        """_logprobs where the rows' first `alike` tokens are the same (tokens and positions): those run once, as one
+        row after the prompt, giving the logprob of each of them some row trains (the same for every row)
         and the logits after the last of them, from which each row's next token's logprob is taken; each row's rest
         runs after them. The same logprobs and gradient as every row run whole."""
         import torch
@@ -280,8 +281,8 @@ class CPUBackend:
         tokens, positions = packed["tokens"], packed["input_pos"]
         rows, length = tokens.shape[0], prompt.shape[1]
         cache = self.policy.prefix_after(start, prompt, 1)
-        # the columns whose next token lies in the stretch, and its last column
-        cols = needed[0, : alike - 1].nonzero().flatten()
+        # the columns whose next token lies in the stretch and some row trains, and the stretch's last column
+        cols = needed[:, : alike - 1].any(0).nonzero().flatten()
         out = self.policy.model(
             input_ids=tokens[:1, :alike],
             attention_mask=torch.ones(1, length + alike, dtype=torch.long),
