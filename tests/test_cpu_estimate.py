@@ -120,14 +120,11 @@ def test_a_cpu_without_native_bf16_is_estimated_from_the_float32_run():
         + 64 * presets.FLOAT32_SFT_EXAMPLE_SECONDS
     )
     assert f32 == pytest.approx(parts) and f32 > bf16
-    # a skill with tools: each part scaled by the text rehearsal's float32/bf16 ratio for it
+    # a skill with tools: its own float32 run's figures
     t = settings(**presets.TOOL_DEFAULTS, eval_every=1000)
-    step = presets.FLOAT32_STEP_SECONDS / presets.STEP_SECONDS
-    val = presets.FLOAT32_VAL_TASK_SECONDS / presets.VAL_TASK_SECONDS
-    sft = presets.FLOAT32_SFT_EXAMPLE_SECONDS / presets.SFT_EXAMPLE_SECONDS
     assert presets.estimated_seconds(t, 7, 22, tools=True, precision="float32") == pytest.approx(
         presets.STARTUP_SECONDS
-        + t.steps * presets.TOOL_STEP_SECONDS * step
-        + 6 * (2 * presets.TOOL_VAL_TASK_SECONDS + presets.TOOL_BASE_VAL_TASK_SECONDS) * val
-        + 22 * t.sft_epochs * presets.TOOL_SFT_EXAMPLE_SECONDS * sft
+        + t.steps * presets.FLOAT32_TOOL_STEP_SECONDS
+        + 6 * (2 * presets.FLOAT32_TOOL_VAL_TASK_SECONDS + presets.FLOAT32_TOOL_BASE_VAL_TASK_SECONDS)
+        + 22 * t.sft_epochs * presets.FLOAT32_TOOL_SFT_EXAMPLE_SECONDS
     )

@@ -62,6 +62,12 @@ TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_E
 # docs/cpu-learning.md, "How long the rehearsal takes"; 1,510 s in all): seconds an RL step took (49-120 s, mean
 # 68 over 10 steps), seconds per val task (38-45 s for 6 tasks), seconds per warm-start example (644 s for 64).
 FLOAT32_STEP_SECONDS, FLOAT32_VAL_TASK_SECONDS, FLOAT32_SFT_EXAMPLE_SECONDS = 68, 7.0, 10.1
+# A skill with tools measured the same way on that machine (git-commit-agent with TOOL_DEFAULTS; docs/cpu-learning.md,
+# "A skill that acts"; a clean clone of commit 01d5cb7, 2,224 s in all): seconds an RL step took (116-235 s, mean
+# 197 over 6 steps), a val task's 4 episodes after the warm start (137.5 and 129.2 s for 6 tasks), the base model's
+# (49.1 s for 6), a warm-start example's epoch (3 epochs of 22 in 708 s).
+FLOAT32_TOOL_STEP_SECONDS, FLOAT32_TOOL_VAL_TASK_SECONDS = 197, 22.2
+FLOAT32_TOOL_BASE_VAL_TASK_SECONDS, FLOAT32_TOOL_SFT_EXAMPLE_SECONDS = 8.2, 10.7
 
 
 def estimated_seconds(
@@ -70,18 +76,23 @@ def estimated_seconds(
     """How long a CPU run with these settings takes on the quiet 2-core machine the constants above were measured
     on: startup, the warm start's examples, the RL steps (cheaper without SKILL.md), the validations; `tools`: a
     skill with tools, whose episodes take turns; `precision`: the base's dtype (weights.precision()), float32 where
-    the CPU has no native bf16. A skill with tools was measured in bf16 only: in float32 each of its parts is scaled
-    by the text rehearsal's float32/bf16 ratio for the same part (an estimate of an estimate)."""
-    step, val_task, base_val_task, sft_example = (
-        (TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS)
-        if tools
-        else (STEP_SECONDS, VAL_TASK_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS)
-    )
-    if precision == "float32":
-        step *= FLOAT32_STEP_SECONDS / STEP_SECONDS
-        val_task *= FLOAT32_VAL_TASK_SECONDS / VAL_TASK_SECONDS
-        base_val_task *= FLOAT32_VAL_TASK_SECONDS / VAL_TASK_SECONDS
-        sft_example *= FLOAT32_SFT_EXAMPLE_SECONDS / SFT_EXAMPLE_SECONDS
+    the CPU has no native bf16. Each of the four (text or tools, bf16 or float32) has its own measured figures."""
+    step, val_task, base_val_task, sft_example = {
+        (False, False): (STEP_SECONDS, VAL_TASK_SECONDS, VAL_TASK_SECONDS, SFT_EXAMPLE_SECONDS),
+        (True, False): (TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_EXAMPLE_SECONDS),
+        (False, True): (
+            FLOAT32_STEP_SECONDS,
+            FLOAT32_VAL_TASK_SECONDS,
+            FLOAT32_VAL_TASK_SECONDS,
+            FLOAT32_SFT_EXAMPLE_SECONDS,
+        ),
+        (True, True): (
+            FLOAT32_TOOL_STEP_SECONDS,
+            FLOAT32_TOOL_VAL_TASK_SECONDS,
+            FLOAT32_TOOL_BASE_VAL_TASK_SECONDS,
+            FLOAT32_TOOL_SFT_EXAMPLE_SECONDS,
+        ),
+    }[tools, precision == "float32"]
     per_step = (
         args.groups_per_step * args.rollouts_per_group / (DEFAULTS["groups_per_step"] * DEFAULTS["rollouts_per_group"])
     )
