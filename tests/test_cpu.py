@@ -321,49 +321,74 @@ def test_the_warm_starts_shared_prompt_pass_gives_the_per_example_loss_and_gradi
     assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
 
 
-def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
-    """The start every group's prompt shares (the system prompt), computed once for an RL step with its gradient
-    taken once after the groups' (CPUBackend._losses), changes no figure: the same losses, gradient and KL to the
-    anchor as each group's whole prompt computed alone, in float32."""
-    import art
-    import torch
-    from openai.types.chat.chat_completion import Choice
-
-    from skill_rl.cpu.backend import Anchor, CPUBackend
+def float32_backend(monkeypatch):
+    """A CPUBackend around the tiny model in float32, unpacked, its LoRA weights random (B starts at zero: give the
+    adapter something to differentiate), for comparing two ways of computing a step's losses."""
+    from skill_rl.cpu.backend import CPUBackend
 
     monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
     monkeypatch.setenv("SKILL_RL_CPU_INT4", "0")
     policy = cpu.Policy(cpu.TINY_MODEL)
     backend = CPUBackend.__new__(CPUBackend)
     backend.policy = policy
-    # LoRA's B starts at zero: give the adapter something to differentiate
     for p in policy.model.parameters():
         if p.requires_grad:
             p.data.normal_(0, 0.02)
+    return policy, backend
+
+
+def sampled_choice(policy, prompt: list[int], sample):
+    """The OpenAI Choice a vLLM server would return for `sample` (its token ids and logprobs), as ART tokenizes it."""
+    from openai.types.chat.chat_completion import Choice
+
+    return Choice.model_validate(
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": policy.tokenizer.decode(sample.token_ids)},
+            "logprobs": {
+                "content": [
+                    {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                    for t, lp in zip(sample.token_ids, sample.logprobs)
+                ]
+            },
+            "prompt_token_ids": prompt,
+            "token_ids": sample.token_ids,
+        }
+    )
+
+
+def step_figures(backend, parts, anchor, share: bool):
+    """(each group's loss, the adapter's gradient, the KL to the anchor) of one step's backward passes."""
+    import torch
+
+    policy = backend.policy
+    tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
+    policy.model.zero_grad()
+    kl, losses = [0.0], []
+    for loss in backend._losses(parts, tokens, anchor, kl, share):
+        loss.backward()
+        losses.append(float(loss.detach()))
+    grad = torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
+    return losses, grad, kl[0]
+
+
+def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
+    """The start every group's prompt shares (the system prompt), computed once for an RL step with its gradient
+    taken once after the groups' (CPUBackend._losses), changes no figure: the same losses, gradient and KL to the
+    anchor as each group's whole prompt computed alone, in float32."""
+    import art
+
+    from skill_rl.cpu.backend import Anchor
+
+    policy, backend = float32_backend(monkeypatch)
     system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
     groups = []
     for question in ("say hi", "name a colour, and say why you like it"):
         messages = [system, {"role": "user", "content": question}]
         prompt = policy.prompt_ids(messages)
         samples = policy.generate_many([(prompt, 3)], 1.0, 6, True)
-        choices = [
-            Choice.model_validate(
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": policy.tokenizer.decode(s.token_ids)},
-                    "logprobs": {
-                        "content": [
-                            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                            for t, lp in zip(s.token_ids, s.logprobs)
-                        ]
-                    },
-                    "prompt_token_ids": prompt,
-                    "token_ids": s.token_ids,
-                }
-            )
-            for s in samples
-        ]
+        choices = [sampled_choice(policy, prompt, s) for s in samples]
         # no reward the group's mean: every trajectory has an advantage and is trained
         groups.append(
             art.TrajectoryGroup(
@@ -376,19 +401,12 @@ def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(
     # the base model as the reference: the policy's LoRA weights differ from it
     anchor = Anchor(0.5, None)
 
-    def figures(share: bool):
-        policy.model.zero_grad()
-        kl, losses = [0.0], []
-        for loss in backend._losses(parts, tokens, anchor, kl, share):
-            loss.backward()
-            losses.append(float(loss.detach()))
-        grad = torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
-        return losses, grad, kl[0]
-
     calls = []
     original = policy.prefix_cache
     monkeypatch.setattr(policy, "prefix_cache", lambda prefix, n: calls.append(prefix.shape[1]) or original(prefix, n))
-    (want, want_grad, want_kl), (got, got_grad, got_kl) = figures(False), figures(True)
+    (want, want_grad, want_kl), (got, got_grad, got_kl) = (
+        step_figures(backend, parts, anchor, s) for s in (False, True)
+    )
     # alone: the reference's and the policy's prompt per group; shared: their common start once each
     shared = calls[4:]
     assert calls[:4] == [len(prefix) for prefix, _ in parts] * 2 and len(shared) == 2 and shared[0] == shared[1]
@@ -409,47 +427,20 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     after it are the same (one of them training only its second answer), whose second answers differ: the same
     losses, gradient and KL as every row run whole."""
     import art
-    import torch
-    from openai.types.chat.chat_completion import Choice
 
-    from skill_rl.cpu.backend import Anchor, CPUBackend
+    from skill_rl.cpu.backend import Anchor
 
-    monkeypatch.setenv("SKILL_RL_CPU_DTYPE", "float32")
-    monkeypatch.setenv("SKILL_RL_CPU_INT4", "0")
-    policy = cpu.Policy(cpu.TINY_MODEL)
-    backend = CPUBackend.__new__(CPUBackend)
-    backend.policy = policy
-    for p in policy.model.parameters():
-        if p.requires_grad:
-            p.data.normal_(0, 0.02)
-
-    def choice(prompt, sample):
-        return Choice.model_validate(
-            {
-                "index": 0,
-                "finish_reason": "stop",
-                "message": {"role": "assistant", "content": policy.tokenizer.decode(sample.token_ids)},
-                "logprobs": {
-                    "content": [
-                        {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                        for t, lp in zip(sample.token_ids, sample.logprobs)
-                    ]
-                },
-                "prompt_token_ids": prompt,
-                "token_ids": sample.token_ids,
-            }
-        )
-
+    policy, backend = float32_backend(monkeypatch)
     system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
     result = {"role": "user", "content": "The tool says: three files changed, all tests pass. Now say it again. " * 3}
     groups = []
     for question in ("say hi", "name a colour"):
         messages = [system, {"role": "user", "content": question}]
         prompt = policy.prompt_ids(messages)
-        first = choice(prompt, policy.generate_many([(prompt, 1)], 0.0, 6, True)[0])
+        first = sampled_choice(policy, prompt, policy.generate_many([(prompt, 1)], 0.0, 6, True)[0])
         second = [*messages, {"role": "assistant", "content": first.message.content}, result]
         prompt2 = policy.prompt_ids(second)
-        answers = [choice(prompt2, s) for s in policy.generate_many([(prompt2, 3)], 1.0, 6, True)]
+        answers = [sampled_choice(policy, prompt2, s) for s in policy.generate_many([(prompt2, 3)], 1.0, 6, True)]
         groups.append(
             art.TrajectoryGroup(
                 art.Trajectory(messages_and_choices=[*messages, first, result, a], reward=r)
@@ -468,16 +459,9 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     original = backend._together
     monkeypatch.setattr(backend, "_together", lambda *a: together.append(a[3]) or original(*a))
 
-    def figures(share: bool):
-        policy.model.zero_grad()
-        kl, losses = [0.0], []
-        for loss in backend._losses(parts, tokens, anchor, kl, share):
-            loss.backward()
-            losses.append(float(loss.detach()))
-        grad = torch.cat([p.grad.flatten() for p in policy.model.parameters() if p.requires_grad])
-        return losses, grad, kl[0]
-
-    (want, want_grad, want_kl), (got, got_grad, got_kl) = figures(False), figures(True)
+    (want, want_grad, want_kl), (got, got_grad, got_kl) = (
+        step_figures(backend, parts, anchor, s) for s in (False, True)
+    )
     # each group's stretch ran once for the reference and once for the policy: the first answer and the message after
     assert len(together) == 4 and min(together) > 6 + 40
     # float32: the output head's sums round differently as the count of rows it multiplies changes (one row's
