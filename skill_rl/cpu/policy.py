@@ -257,8 +257,9 @@ class Policy:
         key = self.weights_key(adapter)
         found = [self.prefixes.longest(p[0], key) for p in prefixes]
         start = self.shared_length(prefixes)
-        rest = [p for p, (n, _) in zip(prefixes, found) if n <= start]
-        shared = (start, self.prefix_cache(prefixes[0][:, :start], 1)) if start and rest else None
+        # the shared start is computed only for a prefix that reads no further from a kept prompt
+        needs_start = any(n <= start for n, _ in found)
+        shared = (start, self.prefix_cache(prefixes[0][:, :start], 1)) if start and needs_start else None
         self.prefixes.computed += start if shared is not None else 0
         caches = []
         for prefix, (n, layers) in zip(prefixes, found):

@@ -2,9 +2,9 @@
 
 A tool episode asks the policy once a turn, each time with the whole chat so far: SKILL.md, the tools, the task,
 the calls made and their results. Its third turn's prompt (1.7k tokens on git-commit-agent) is its second's plus
-the commit call and its result (~200 tokens), and recomputing the second's keys and values was three quarters of
-that turn's prefill (16 episodes on a 2-core EPYC: 74 s, against 19 s reading them from here; a /tmp probe, noted on
-#41). ART's GPU backend has the same from vLLM's prefix caching.
+the commit call and its result (~200 tokens): 16 episodes' third turn computes 3,243 tokens instead of 13,258 when
+it reads the second's keys and values from here, a prefill of 16.2 s instead of 38.5 on a 2-core EPYC
+(bench/cpu_turns.py). ART's GPU backend has the same from vLLM's prefix caching.
 
 What is kept is only valid for the weights it was computed with: every entry carries the key of the weights
 (`Policy.weights_key`: the adapter's state, from torch's version counter of each trained tensor, which every
@@ -30,7 +30,7 @@ class Prefixes:
         self.entries: OrderedDict[int, tuple[torch.Tensor, list, int]] = OrderedDict()
         self.bytes = 0
         self._next = 0
-        # tokens read from here and computed anew, since the store was made (what bench/cpu_decode.py prints)
+        # tokens read from here and computed anew, since the store was made (what bench/cpu_turns.py prints)
         self.reused = self.computed = 0
 
     def clear(self) -> None:
