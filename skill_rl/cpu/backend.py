@@ -13,6 +13,7 @@ from pathlib import Path
 
 from skill_rl.cpu import toolcalls
 from skill_rl.cpu.policy import SHARED_MIN, Policy
+from skill_rl.cpu.presets import TRAIN_GROUP_BYTES, TRAIN_TOKEN_BYTES
 from skill_rl.cpu.server import Server
 from skill_rl.cpu.weights import TINY_MODEL
 from skill_rl.errors import Exit
@@ -49,6 +50,23 @@ def _alike(packed) -> int:
     alike = int(differ[0]) if len(differ) else len(same)
     shortest = int((packed["group_ids"] >= 0).sum(1).min())
     return max(0, min(alike, shortest - 2))
+
+
+def _rows(packed, rows) -> dict:
+    """The packed tensors of some rows (a slice), the rest of the packing as it is."""
+    count = packed["tokens"].shape[0]
+    return {k: v[rows] if hasattr(v, "shape") and v.shape[:1] == (count,) else v for k, v in packed.items()}
+
+
+def _available_bytes() -> int | None:
+    """The memory the kernel says is available now (/proc/meminfo's MemAvailable), None where it does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def sft_ready(trajectory, template: str | None):
@@ -178,7 +196,7 @@ class CPUBackend:
         # the sampled tokens' summed log ratio to the anchor's reference, filled in by _loss
         kl = [0.0]
         with phase("training", len(parts), "groups", self.quiet) as advance:
-            metrics = self.policy.step(learning_rate, self._counted(self._losses(parts, tokens, anchor, kl), advance))
+            metrics = self.policy.step(learning_rate, self._losses(parts, tokens, anchor, kl, ended=advance))
         # ART's name (unsloth/train.py), a mean over the step's trained tokens
         if anchor is not None:
             metrics["loss/kl_policy_ref"] = kl[0] / tokens
@@ -217,15 +235,31 @@ class CPUBackend:
         return parts, len(results)
 
     @staticmethod
-    def _counted(losses, advance):
-        """The losses, `advance` called as each one's backward pass ends (Policy.step takes them in turn)."""
-        for i, loss in enumerate(losses):
-            if i:
-                advance()
-            yield loss
-        advance()
+    def _budget() -> int:
+        """Bytes a group's backward pass may hold at once: TRAIN_GROUP_BYTES, or half the memory available now where
+        that is less."""
+        available = _available_bytes()
+        return TRAIN_GROUP_BYTES if available is None else min(TRAIN_GROUP_BYTES, available // 2)
 
-    def _losses(self, parts, tokens: int, anchor: Anchor | None, kl: list, share: bool = True):
+    @staticmethod
+    def _chunks(packed, prompt_rest: int, budget: int, share: bool = True) -> list:
+        """The group's rows as slices to backpropagate one after another, [all of them] when the group fits `budget`
+        (bytes, at TRAIN_TOKEN_BYTES a token run with gradients: the prompt's tokens after the step's shared start,
+        then each row's own tokens, the stretch the rows hold alike counted once), else as many rows a slice as fit,
+        one at least."""
+        rows, length = packed["tokens"].shape
+        alike = _alike(packed) if rows > 1 and share else 0
+        alike = alike if alike >= SHARED_MIN else 0
+
+        def cost(n: int) -> int:
+            return (prompt_rest + alike + n * (length - alike)) * TRAIN_TOKEN_BYTES
+
+        if cost(rows) <= budget:
+            return [slice(0, rows)]
+        size = max(1, next((n for n in range(rows - 1, 0, -1) if cost(n) <= budget), 1))
+        return [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
+
+    def _losses(self, parts, tokens: int, anchor: Anchor | None, kl: list, share: bool = True, ended=None):
         """Each group's loss (_loss), for Policy.step to backpropagate in turn. The start every group's prompt shares
         (SKILL.md: the first 847 tokens of git-commit's prompts of 1,065-1,813, bench/cpu_decode.py) is computed once,
         with gradients, as the decoding does: the groups read its keys and values as leaves of their own graphs, which
@@ -244,9 +278,30 @@ class CPUBackend:
                 refs = [self._logprobs(start, prompt, packed, share) for prompt, (_, packed) in zip(prompts, parts)]
         start = self.policy.shared_prefix(prompts) if share else None
         copy_, leaves = self.policy.leaves(start[1]) if start is not None else (None, [])
+        budget = self._budget()
         for prompt, (_, packed), ref in zip(prompts, parts, refs):
-            new = self._logprobs(start and (start[0], copy_), prompt, packed, share)
-            yield self._loss(packed, new, ref, tokens, anchor, kl)
+            at = start and (start[0], copy_)
+            chunks = self._chunks(packed, prompt.shape[1] - (start[0] if start else 0), budget, share)
+            if len(chunks) == 1:
+                new = self._logprobs(at, prompt, packed, share)
+                yield self._loss(packed, new, ref, tokens, anchor, kl)
+                if ended:
+                    ended()
+                continue
+            # too big to backpropagate at once: the logprobs first, the loss's gradient with respect to them, then the
+            # rows in chunks, each backpropagating its share (a sum whose gradient is the chunk's, whose value is the
+            # group's loss for the first chunk and nothing for the others)
+            with torch.no_grad():
+                whole = self._logprobs(at, prompt, packed, share)
+            whole.requires_grad_(True)
+            loss = self._loss(packed, whole, ref, tokens, anchor, kl)
+            (grad,) = torch.autograd.grad(loss, whole)
+            for i, rows in enumerate(chunks):
+                share_of = (self._logprobs(at, prompt, _rows(packed, rows), share) * grad[rows]).sum()
+                value = loss.detach() if i == 0 else 0.0
+                yield share_of - share_of.detach() + value
+            if ended:
+                ended()
         if start is not None:
             outputs = [t for layer in start[1].layers for t in (layer.keys, layer.values)]
             pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves) if leaf.grad is not None]
