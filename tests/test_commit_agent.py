@@ -223,7 +223,7 @@ def test_checks_read_the_commit_made_not_the_answer(tmp_path):
         assert box.run("bash", json.dumps({"command": "git diff --staged"})).error is None
         box.run("bash", json.dumps({"command": "git log -5"}))
         wrong = "feat: add a feature\n\nSomething else."
-        assert box.run("bash", json.dumps({"command": f"git commit -m '{wrong}'"})).error is None
+        assert box.run("commit", json.dumps({"message": wrong})).error is None
         # the answer claims the reference; the commit made is another message
         score = score_offline(skill, task, [f"Committed: {task.reference}"], [box.episode()])[0]
         from skill_rl.scoring.checks import run_checks
@@ -232,6 +232,32 @@ def test_checks_read_the_commit_made_not_the_answer(tmp_path):
         results = run_checks(skill_checks(skill), "x", task, box.episode())
     assert results["one_commit"] and results["read_the_staged_diff_first"] and results["nothing_else_changed"]
     assert results["commit_type_right"] is False and score.reward < 1
+
+
+def test_the_commit_tool_commits_the_message_as_given_once_and_bash_cannot_commit():
+    """The message is data: shell words, quotes and flags in it are committed as text, never run or read as options;
+    a second commit finds nothing staged and is the call's error; `bash` is not allowed `git commit` at all."""
+    from skill_rl.scoring.checks import run_checks
+    from skill_rl.scoring.rubric import skill_checks
+
+    skill = agent()
+    task = skill.tasks[0]
+    message = "fix: keep 'quotes' and $(touch pwned) as text\n\n--amend --allow-empty -a; rm -rf ."
+    with Workspace.fresh(skill.workspace_of(task)) as ws:
+        box = Toolbox(skill.tools, ws)
+        made = box.run("commit", json.dumps({"message": message}))
+        assert made.error is None and " changed" in made.result, made
+        again = box.run("commit", json.dumps({"message": "chore: update"}))
+        assert again.error and "nothing" in again.error
+        refused = box.run("bash", json.dumps({"command": "git commit --allow-empty -m 'chore: update'"}))
+        assert refused.error and "not allowed" in refused.error
+        wrong_type = box.run("commit", json.dumps({"message": ["fix: a list"]}))
+        assert wrong_type.error
+        log = subprocess.run(["git", "log", "--format=%B"], cwd=ws.path, capture_output=True, text=True, check=True)
+        assert not (ws.path / "pwned").exists()
+        results = run_checks(skill_checks(skill), "x", task, box.episode())
+    assert log.stdout.startswith(message + "\n")
+    assert results["one_commit"] and results["nothing_else_changed"]
 
 
 def test_without_an_episode_or_a_commit_every_check_fails():
@@ -254,9 +280,12 @@ def test_the_warm_starts_examples_are_real_episodes_ending_in_the_reference_comm
         assert record["reward"] == 1.0 and record["output"] == f"Committed: {task.reference.splitlines()[0]}"
         asking = [m["tool_calls"] for m in record["messages"] if m.get("tool_calls")]
         results = [m["content"] for m in record["messages"] if m["role"] == "tool"]
-        # the three inspecting commands asked in one message, then the commit: three turns
-        commands = [[json.loads(c["function"]["arguments"])["command"].split()[:2] for c in calls] for calls in asking]
-        assert commands == [[["git", "status"], ["git", "diff"], ["git", "log"]], [["git", "commit"]]]
+        # the three inspecting commands asked in one message, then the commit tool with the reference: three turns
+        looked = [json.loads(c["function"]["arguments"])["command"].split()[:2] for c in asking[0]]
+        assert looked == [["git", "status"], ["git", "diff"], ["git", "log"]]
+        ((committed,),) = asking[1:]
+        assert committed["function"]["name"] == "commit"
+        assert json.loads(committed["function"]["arguments"]) == {"message": task.reference}
         # each call answered in order, by its id
         ids = [c["id"] for calls in asking for c in calls]
         assert [m["tool_call_id"] for m in record["messages"] if m["role"] == "tool"] == ids and len(set(ids)) == 4
@@ -287,8 +316,9 @@ def test_check_plays_the_reference_episodes_and_the_exploit_scripts(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "reference episodes (checks.py reference_episode), played on 4 of the 29 tasks" in out
     assert "mean reward 1.00; checks failed: none" in out
-    assert out.count("held ") == 4 and "paid " not in out
-    assert "bash (allowed-tools)" in out and "git commit ..." in out
+    assert out.count("held ") == 3 and "paid " not in out
+    assert "bash (allowed-tools)" in out and "git log ..." in out and "git commit ..." not in out
+    assert "commit (skills/git-commit-agent/tools.py" in out
 
 
 def test_the_shipped_workspaces_stay_small_and_play_as_repositories():

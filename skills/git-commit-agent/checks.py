@@ -132,8 +132,14 @@ def _is(words: list[str], sub: str) -> bool:
     return len(words) >= 2 and words[0] == "git" and words[1] == sub
 
 
+def _commits(call) -> bool:
+    """The call committed: the `commit` tool (tools.py), or a `git commit` through `bash` where a copy of this skill
+    allows it."""
+    return (call.name == "commit" and not call.error) or _is(_command(call), "commit")
+
+
 def _first_commit(episode) -> int:
-    return next((i for i, c in enumerate(episode.calls) if _is(_command(c), "commit")), len(episode.calls))
+    return next((i for i, c in enumerate(episode.calls) if _commits(c)), len(episode.calls))
 
 
 @check("procedure", key=True, gate=True, covers=0.3)
@@ -187,8 +193,9 @@ def task_from_commit(commit) -> dict | str:
 
 def reference_episode(task) -> list | None:
     """The warm start's scripted episode for a task: inspect (steps 1-3, asked together in one message), then commit
-    the reference message: the messages' calls, in order, as (tool, arguments); the final answer is `final_answer`.
-    Three turns rather than five: each turn reads the whole chat again, so on a CPU an episode costs its turns."""
+    the reference message with the `commit` tool: the messages' calls, in order, as (tool, arguments); the final
+    answer is `final_answer`. Three turns rather than five: each turn reads the whole chat again, so on a CPU an
+    episode costs its turns."""
     if not task.reference:
         return None
     return [
@@ -197,7 +204,7 @@ def reference_episode(task) -> list | None:
             ("bash", {"command": "git diff --staged"}),
             ("bash", {"command": "git log --oneline -5"}),
         ],
-        ("bash", {"command": shlex.join(["git", "commit", "-m", task.reference])}),
+        ("commit", {"message": task.reference}),
     ]
 
 
