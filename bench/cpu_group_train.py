@@ -114,10 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         watcher.join()
         return seconds, (peak - before) / 1e9, loss_sum
 
+    if args.compare == "rows":
+        names = {
+            False: f"every row whole: {after:,} tokens after the prompts",
+            True: f"alike stretch once: {together:,} tokens after the prompts",
+        }
+    else:
+        names = {False: "each group at once", True: f"chunks under {own_budget / 2**30:.1f} GiB: {chunks} per group"}
     figures: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     for rep in range(args.reps):
         for way in (False, True) if rep % 2 == 0 else (True, False):
             figures[way].append(run(way))
+            seconds, peak, _ = figures[way][-1]
+            print(f"run {rep + 1}, {names[way]}: {seconds:.1f} s, peak +{peak:.1f} GB", flush=True)
     backend_module._alike = whole_alike
 
     def median(way: bool, i: int) -> float:
@@ -130,13 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"rows alike after the prompt, per group: {alike} tokens; rows per group: {[p['tokens'].shape[0] for _, p in parts]}"
     )
-    if args.compare == "rows":
-        names = {
-            False: f"every row whole: {after:,} tokens after the prompts",
-            True: f"alike stretch once: {together:,} tokens after the prompts",
-        }
-    else:
-        names = {False: "each group at once", True: f"chunks under {own_budget / 2**30:.1f} GiB: {chunks} per group"}
     for way in (False, True):
         print(f"{names[way]}: {median(way, 0):.1f} s, peak +{median(way, 1):.1f} GB")
     print(f"step loss difference: {abs(figures[False][0][2] - figures[True][0][2]):.2e}")

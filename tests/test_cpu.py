@@ -373,6 +373,30 @@ def step_figures(backend, parts, anchor, share: bool):
     return losses, grad, kl[0]
 
 
+def two_turn_groups(policy) -> list:
+    """Two groups of three two-turn episodes whose first answer (greedy) and the message after it are the same, whose
+    second answers (sampled) differ; rewards 0, 1 and 3."""
+    import art
+
+    system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
+    result = {"role": "user", "content": "The tool says: three files changed, all tests pass. Now say it again. " * 3}
+    groups = []
+    for question in ("say hi", "name a colour"):
+        messages = [system, {"role": "user", "content": question}]
+        prompt = policy.prompt_ids(messages)
+        first = sampled_choice(policy, prompt, policy.generate_many([(prompt, 1)], 0.0, 6, True)[0])
+        second = [*messages, {"role": "assistant", "content": first.message.content}, result]
+        prompt2 = policy.prompt_ids(second)
+        answers = [sampled_choice(policy, prompt2, s) for s in policy.generate_many([(prompt2, 3)], 1.0, 6, True)]
+        groups.append(
+            art.TrajectoryGroup(
+                art.Trajectory(messages_and_choices=[*messages, first, result, a], reward=r)
+                for r, a in zip((0.0, 1.0, 3.0), answers)
+            )
+        )
+    return groups
+
+
 def answer_groups(policy) -> list:
     """Two groups of three sampled answers after a shared system prompt, rewards 0, 1 and 3 (none the group's mean:
     every trajectory has an advantage and is trained)."""
@@ -393,18 +417,26 @@ def answer_groups(policy) -> list:
     return groups
 
 
-def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_the_same_loss_and_gradient(monkeypatch):
+@pytest.mark.parametrize("coef,groups", [(0.5, answer_groups), (0.0, answer_groups), (0.0, two_turn_groups)])
+def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_the_same_loss_and_gradient(
+    monkeypatch, coef, groups
+):
     """A group whose backward pass would hold more than the budget (a tool episode's rows are thousands of tokens
-    each) computes its logprobs first, the loss's gradient with respect to them, then runs its rows in chunks that
-    each backpropagate their share: the same step loss, gradient and KL as the group at once, with the KL anchor on
-    (its penalty is centred over the whole group: a loss per chunk would not give the same gradient)."""
+    each) runs its rows in chunks, each backpropagated before the next: the same step loss, gradient and KL as the
+    group at once. With the KL penalty on (its centre is the whole group's mean KL: a loss per chunk would not give
+    the same gradient) the logprobs come first, then the loss's gradient with respect to them, then each chunk's
+    share of it; without it (the anchor only measured), a loss per chunk, the stretch the rows hold alike (two-turn
+    episodes whose first turn is the same) run once for all the chunks, its gradient taken after theirs."""
     from skill_rl.cpu.backend import Anchor
     from skill_rl.cpu.presets import TRAIN_TOKEN_BYTES
 
     policy, backend = float32_backend(monkeypatch)
-    parts, trained = backend._parts(answer_groups(policy))
+    parts, trained = backend._parts(groups(policy))
     assert trained == 6
-    anchor = Anchor(0.5, None)
+    stretches = []
+    original_stretch = backend._stretch
+    monkeypatch.setattr(backend, "_stretch", lambda *a: stretches.append(a[3]) or original_stretch(*a))
+    anchor = Anchor(coef, None)
     want, want_grad, want_kl = step_figures(backend, parts, anchor, True)
     chunked = []
     original = backend._chunks
@@ -416,13 +448,23 @@ def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_t
         return chunked[-1]
 
     monkeypatch.setattr(backend, "_chunks", one_row_fits)
+    stretches.clear()
     got, got_grad, got_kl = step_figures(backend, parts, anchor, True)
     assert [len(c) for c in chunked] == [3, 3]
-    # a value per group, carried by its first chunk
-    assert len(got) == 6 and got[1::3] == got[2::3] == [0.0, 0.0]
-    assert sum(got) == pytest.approx(sum(want), rel=1e-5, abs=1e-6)
-    assert want_kl != 0 and got_kl == pytest.approx(want_kl, rel=1e-5)
-    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
+    # in chunks, the stretch once a group for the policy (and once for the anchor's reference)
+    assert len(stretches) == (4 if groups is two_turn_groups else 0)
+    # a value per group carried by its first chunk (penalty on), or a loss per chunk (and the stretch's sum, 0)
+    if coef > 0:
+        assert len(got) == 6 and got[1::3] == got[2::3] == [0.0, 0.0]
+    else:
+        assert len(got) == (8 if stretches else 6) and sum(x != 0 for x in got) == 6
+    # float32: the output head's sums round differently as the count of rows it multiplies changes (a row's tail
+    # alone against the group's three; the answers' rows run alone either way: their prompt is their stretch)
+    close = 2e-4 if stretches else 1e-5
+    tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
+    assert sum(got) == pytest.approx(sum(want), rel=close, abs=close)
+    assert want_kl != 0 and got_kl == pytest.approx(want_kl, abs=tokens * close)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 10 * close
 
 
 def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
@@ -464,28 +506,11 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     logits after it shared by the rows, each row's rest after it. Two-turn rows whose first answer and the message
     after it are the same (one of them training only its second answer), whose second answers differ: the same
     losses, gradient and KL as every row run whole."""
-    import art
 
     from skill_rl.cpu.backend import Anchor
 
     policy, backend = float32_backend(monkeypatch)
-    system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
-    result = {"role": "user", "content": "The tool says: three files changed, all tests pass. Now say it again. " * 3}
-    groups = []
-    for question in ("say hi", "name a colour"):
-        messages = [system, {"role": "user", "content": question}]
-        prompt = policy.prompt_ids(messages)
-        first = sampled_choice(policy, prompt, policy.generate_many([(prompt, 1)], 0.0, 6, True)[0])
-        second = [*messages, {"role": "assistant", "content": first.message.content}, result]
-        prompt2 = policy.prompt_ids(second)
-        answers = [sampled_choice(policy, prompt2, s) for s in policy.generate_many([(prompt2, 3)], 1.0, 6, True)]
-        groups.append(
-            art.TrajectoryGroup(
-                art.Trajectory(messages_and_choices=[*messages, first, result, a], reward=r)
-                for r, a in zip((0.0, 1.0, 3.0), answers)
-            )
-        )
-    parts, trained = backend._parts(groups)
+    parts, trained = backend._parts(two_turn_groups(policy))
     # the first row trains only its second answer, as ART's rows do when it splits an episode whose turns do not
     # render as one chat: which tokens a row trains is not part of what the rows hold alike
     for _, packed in parts:

@@ -288,11 +288,19 @@ class CPUBackend:
                 if ended:
                     ended()
                 continue
-            # too big to backpropagate at once: the logprobs first, the loss's gradient with respect to them, then the
-            # rows in chunks, each backpropagating its share (a sum whose gradient is the chunk's, whose value is the
-            # group's loss for the first chunk and nothing for the others)
+            # too big to backpropagate at once. Without the KL penalty a row's loss is its own (ART sums the tokens'
+            # terms, each of its own logprob, over the step's count): each chunk's loss is backpropagated in turn
+            if anchor is None or anchor.coef <= 0:
+                yield from self._in_chunks(at, prompt, packed, ref, chunks, tokens, anchor, kl, share)
+                if ended:
+                    ended()
+                continue
+            # with it, every token's advantage moves with the group's mean KL: the logprobs first (chunk by chunk too:
+            # a group's logits at once are gigabytes), the loss's gradient with respect to them, then the rows in
+            # chunks, each backpropagating its share (a sum whose gradient is the chunk's, whose value is the group's
+            # loss for the first chunk and nothing for the others)
             with torch.no_grad():
-                whole = self._logprobs(at, prompt, packed, share)
+                whole = torch.cat([self._logprobs(at, prompt, _rows(packed, rows), share) for rows in chunks])
             whole.requires_grad_(True)
             loss = self._loss(packed, whole, ref, tokens, anchor, kl)
             (grad,) = torch.autograd.grad(loss, whole)
@@ -306,6 +314,36 @@ class CPUBackend:
             outputs = [t for layer in start[1].layers for t in (layer.keys, layer.values)]
             pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves) if leaf.grad is not None]
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+    def _in_chunks(self, start, prompt, packed, ref, chunks, tokens: int, anchor, kl: list, share: bool):
+        """A group's losses chunk by chunk, where a row's loss is its own. The stretch the rows hold alike (_alike)
+        runs once for them all, with gradients: the chunks read its results as leaves that gather their gradients,
+        and a last sum, whose value is 0, backpropagates those through the stretch (as _losses does the step's
+        shared start)."""
+        import torch
+
+        count = packed["tokens"].shape[0]
+        alike = _alike(packed) if count > 1 and share else 0
+        if alike < SHARED_MIN:
+            for rows in chunks:
+                sub = _rows(packed, rows)
+                new = self._logprobs(start, prompt, sub, share)
+                yield self._loss(sub, new, None if ref is None else ref[rows], tokens, anchor, kl)
+            return
+        valid, needed = (packed["group_ids"] >= 0).long(), _next(packed["assistant_mask"].bool())
+        head, last, cache = self._stretch(start, prompt, packed, alike, needed)
+        copy_, leaves = self.policy.leaves(cache)
+        head_leaf, last_leaf = head.detach().requires_grad_(), last.detach().requires_grad_()
+        for rows in chunks:
+            sub = _rows(packed, rows)
+            own = self.policy.fork(copy_)
+            new = self._after(head_leaf, last_leaf, own, sub, alike, prompt.shape[1], valid[rows], needed[rows])
+            yield self._loss(sub, new, None if ref is None else ref[rows], tokens, anchor, kl)
+        outputs = [head, last, *(t for layer in cache.layers for t in (layer.keys, layer.values))]
+        grads = [head_leaf.grad, last_leaf.grad, *(leaf.grad for leaf in leaves)]
+        through = sum((o * g).sum() for o, g in zip(outputs, grads) if g is not None)
+        if torch.is_tensor(through):
+            yield through - through.detach()
 
     def _logprobs(self, start, prompt, packed, share: bool = True):
         """The logprobs of a group's trained tokens (the rows packed after its prompt [1, length]), the prompt's first
@@ -327,20 +365,25 @@ class CPUBackend:
 
     def _together(self, start, prompt, packed, alike: int, valid, needed):
         """_logprobs where the rows' first `alike` tokens are the same (tokens and positions): those run once, as one
-        row after the prompt, giving the logprob of each of them some row trains (the same for every row)
-        and the logits after the last of them, from which each row's next token's logprob is taken; each row's rest
-        runs after them. The same logprobs and gradient as every row run whole."""
+        row after the prompt (_stretch), each row's rest after them (_after). The same logprobs and gradient as every
+        row run whole."""
+        head, last, cache = self._stretch(start, prompt, packed, alike, needed)
+        return self._after(head, last, cache, packed, alike, prompt.shape[1], valid, needed)
+
+    def _stretch(self, start, prompt, packed, alike: int, needed):
+        """The prompt's rest and the stretch the rows hold alike, run once as one row: (the logprob of each of the
+        stretch's tokens some row trains [alike - 1], 0 for the others; the log-softmax after its last token, from
+        which each row's next token's logprob is taken [vocabulary]; the KV cache after it)."""
         import torch
         import torch.nn.functional as F
 
         tokens, positions = packed["tokens"], packed["input_pos"]
-        rows, length = tokens.shape[0], prompt.shape[1]
         cache = self.policy.prefix_after(start, prompt, 1)
         # the columns whose next token lies in the stretch and some row trains, and the stretch's last column
         cols = needed[:, : alike - 1].any(0).nonzero().flatten()
         out = self.policy.model(
             input_ids=tokens[:1, :alike],
-            attention_mask=torch.ones(1, length + alike, dtype=torch.long),
+            attention_mask=torch.ones(1, prompt.shape[1] + alike, dtype=torch.long),
             position_ids=positions[:1, :alike],
             past_key_values=cache,
             use_cache=True,
@@ -348,13 +391,21 @@ class CPUBackend:
         )
         logits = out.logits.float()[0]
         inside = -F.cross_entropy(logits[:-1], tokens[0, cols + 1], reduction="none")
-        last = logits[-1].log_softmax(-1)[tokens[:, alike]]
-        head = torch.zeros(rows, alike - 1, dtype=inside.dtype).index_copy(1, cols, inside.expand(rows, -1))
+        head = torch.zeros(alike - 1, dtype=inside.dtype).index_copy(0, cols, inside)
+        return head, logits[-1].log_softmax(-1), cache
+
+    def _after(self, head, last, cache, packed, alike: int, prompt_length: int, valid, needed):
+        """The rows' logprobs after a _stretch (`head`, `last`, `cache`, the cache repeated for the rows in place):
+        the stretch's, the same for every row, the next token's from `last`, then each row's rest run after it."""
+        import torch
+
+        tokens, positions = packed["tokens"], packed["input_pos"]
+        rows = tokens.shape[0]
         for layer in cache.layers:
             layer.batch_repeat_interleave(rows)
-        mask = torch.cat([torch.ones(rows, length + alike, dtype=torch.long), valid[:, alike:]], 1)
+        mask = torch.cat([torch.ones(rows, prompt_length + alike, dtype=torch.long), valid[:, alike:]], 1)
         tail = self.policy.token_logprobs(tokens[:, alike:], mask, positions[:, alike:], needed[:, alike:], cache)
-        return torch.cat([head, last[:, None], tail], 1)
+        return torch.cat([head.expand(rows, -1), last[tokens[:, alike]][:, None], tail], 1)
 
     @staticmethod
     def _loss(packed, new, ref, tokens: int, anchor: Anchor | None, kl: list):
