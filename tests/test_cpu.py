@@ -417,54 +417,47 @@ def answer_groups(policy) -> list:
     return groups
 
 
-@pytest.mark.parametrize("coef,groups", [(0.5, answer_groups), (0.0, answer_groups), (0.0, two_turn_groups)])
-def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_the_same_loss_and_gradient(
-    monkeypatch, coef, groups
-):
-    """A group whose backward pass would hold more than the budget (a tool episode's rows are thousands of tokens
-    each) runs its rows in chunks, each backpropagated before the next: the same step loss, gradient and KL as the
-    group at once. With the KL penalty on (its centre is the whole group's mean KL: a loss per chunk would not give
-    the same gradient) the logprobs come first, then the loss's gradient with respect to them, then each chunk's
-    share of it; without it (the anchor only measured), a loss per chunk, the stretch the rows hold alike (two-turn
-    episodes whose first turn is the same) run once for all the chunks, its gradient taken after theirs."""
-    from skill_rl.cpu.backend import Anchor
+def one_row_a_chunk(monkeypatch, backend) -> list:
+    """Every group's rows in chunks of one (a budget of the prompt's rest and one row); the chunks, as listed."""
     from skill_rl.cpu.presets import TRAIN_TOKEN_BYTES
 
-    policy, backend = float32_backend(monkeypatch)
-    parts, trained = backend._parts(groups(policy))
-    assert trained == 6
-    stretches = []
-    original_stretch = backend._stretch
-    monkeypatch.setattr(backend, "_stretch", lambda *a: stretches.append(a[3]) or original_stretch(*a))
-    anchor = Anchor(coef, None)
-    want, want_grad, want_kl = step_figures(backend, parts, anchor, True)
     chunked = []
     original = backend._chunks
 
     def one_row_fits(packed, prompt_rest, budget, share):
-        # a budget of the prompt's rest and one row: every group in chunks of one row
         budget = (prompt_rest + packed["tokens"].shape[1]) * TRAIN_TOKEN_BYTES
         chunked.append(original(packed, prompt_rest, budget, share))
         return chunked[-1]
 
     monkeypatch.setattr(backend, "_chunks", one_row_fits)
-    stretches.clear()
+    return chunked
+
+
+@pytest.mark.parametrize("coef", [0.5, 0.0])
+def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_the_same_loss_and_gradient(
+    monkeypatch, coef
+):
+    """A group whose backward pass would hold more than the budget (a tool episode's rows are thousands of tokens
+    each) runs its rows in chunks, each backpropagated before the next: the same step loss, gradient and KL as the
+    group at once. With the KL penalty on (its centre is the whole group's mean KL: a loss per chunk would not give
+    the same gradient) the logprobs come first, then the loss's gradient with respect to them, then each chunk's
+    share of it; without it (the anchor only measured), a loss per chunk (with rows alike after the prompt: the
+    test of the stretch below)."""
+    from skill_rl.cpu.backend import Anchor
+
+    policy, backend = float32_backend(monkeypatch)
+    parts, trained = backend._parts(answer_groups(policy))
+    assert trained == 6
+    anchor = Anchor(coef, None)
+    want, want_grad, want_kl = step_figures(backend, parts, anchor, True)
+    chunked = one_row_a_chunk(monkeypatch, backend)
     got, got_grad, got_kl = step_figures(backend, parts, anchor, True)
     assert [len(c) for c in chunked] == [3, 3]
-    # in chunks, the stretch once a group for the policy (and once for the anchor's reference)
-    assert len(stretches) == (4 if groups is two_turn_groups else 0)
-    # a value per group carried by its first chunk (penalty on), or a loss per chunk (and the stretch's sum, 0)
-    if coef > 0:
-        assert len(got) == 6 and got[1::3] == got[2::3] == [0.0, 0.0]
-    else:
-        assert len(got) == (8 if stretches else 6) and sum(x != 0 for x in got) == 6
-    # float32: the output head's sums round differently as the count of rows it multiplies changes (a row's tail
-    # alone against the group's three; the answers' rows run alone either way: their prompt is their stretch)
-    close = 2e-4 if stretches else 1e-5
-    tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
-    assert sum(got) == pytest.approx(sum(want), rel=close, abs=close)
-    assert want_kl != 0 and got_kl == pytest.approx(want_kl, abs=tokens * close)
-    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 10 * close
+    # a value per group carried by its first chunk (penalty on), or a loss per chunk
+    assert len(got) == 6 and (got[1::3] == got[2::3] == [0.0, 0.0]) == (coef > 0) and all(got) == (coef == 0)
+    assert sum(got) == pytest.approx(sum(want), rel=1e-5, abs=1e-6)
+    assert want_kl != 0 and got_kl == pytest.approx(want_kl, rel=1e-5)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
 
 
 def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
@@ -505,8 +498,8 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     results): that stretch runs once for the group (CPUBackend._together), its trained tokens' logprobs and the
     logits after it shared by the rows, each row's rest after it. Two-turn rows whose first answer and the message
     after it are the same (one of them training only its second answer), whose second answers differ: the same
-    losses, gradient and KL as every row run whole."""
-
+    losses, gradient and KL as every row run whole; and so in chunks of one row (a group past the memory budget),
+    the stretch run once for all of them (CPUBackend._in_chunks)."""
     from skill_rl.cpu.backend import Anchor
 
     policy, backend = float32_backend(monkeypatch)
@@ -517,20 +510,32 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
         packed["assistant_mask"][0, :8] = False
     assert len(parts) == 2 and trained == 6
     tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
-    anchor = Anchor(0.5, None)
-    together = []
-    original = backend._together
-    monkeypatch.setattr(backend, "_together", lambda *a: together.append(a[3]) or original(*a))
+    # measured, not penalized: a row's loss its own, so that a group in chunks (below) takes each chunk's loss
+    anchor = Anchor(0.0, None)
+    stretches = []
+    original = backend._stretch
+    monkeypatch.setattr(backend, "_stretch", lambda *a: stretches.append(a[3]) or original(*a))
 
     (want, want_grad, want_kl), (got, got_grad, got_kl) = (
         step_figures(backend, parts, anchor, s) for s in (False, True)
     )
     # each group's stretch ran once for the reference and once for the policy: the first answer and the message after
-    assert len(together) == 4 and min(together) > 6 + 40
+    assert len(stretches) == 4 and min(stretches) > 6 + 40
     # float32: the output head's sums round differently as the count of rows it multiplies changes (one row's
     # stretch against three rows' whole: logits up to ~4e-5 apart, a token's logprob up to ~2e-4)
     assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
     assert want_kl != 0 and got_kl == pytest.approx(want_kl, abs=tokens * 2e-4)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-3
+
+    # the same group past the memory budget, in chunks of one row: the stretch still once a group, run before the
+    # chunks and backpropagated after them (a last sum whose value is 0)
+    stretches.clear()
+    chunked = one_row_a_chunk(monkeypatch, backend)
+    got, got_grad, got_kl = step_figures(backend, parts, anchor, True)
+    assert [len(c) for c in chunked] == [3, 3] and len(stretches) == 4
+    assert len(got) == 8 and sum(x != 0 for x in got) == 6
+    assert sum(got) == pytest.approx(sum(want), rel=2e-4, abs=2e-4)
+    assert got_kl == pytest.approx(want_kl, abs=tokens * 2e-4)
     assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-3
 
 
