@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from skill_rl import cpu
     from skill_rl.cpu import backend as backend_module
     from skill_rl.cpu.backend import CPUBackend
+    from skill_rl.cpu.weights import release_memory
 
     try:
         groups = read_groups(args.parquet)
@@ -94,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             backend_module._alike = whole_alike if way else (lambda packed: 0)
         else:
             backend._budget = (lambda: own_budget) if way else (lambda: 1 << 60)
-        policy.model.zero_grad()
+        policy.model.zero_grad(set_to_none=True)
+        # what the last run freed back to the system first: else its high-water mark hides this one's
+        release_memory()
         before = peak = resident()
         done = threading.Event()
 
