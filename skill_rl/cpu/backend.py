@@ -267,7 +267,8 @@ class CPUBackend:
         those sums. The same loss and gradient as a full prompt per group (`share=False`), with the start's forward
         and backward paid once a step rather than once a group. With an anchor, the reference's logprobs come first,
         all groups' under one swap of its weights (its start once too): swapped in later, they would change tensors
-        the start's graph holds."""
+        the start's graph holds. A group too big for memory yields a loss per chunk of its rows (_group_losses);
+        `ended` is called as each group's last backward pass ends (the progress line)."""
         import torch
 
         prompts = [torch.tensor([prefix]) for prefix, _ in parts]
@@ -280,40 +281,43 @@ class CPUBackend:
         copy_, leaves = self.policy.leaves(start[1]) if start is not None else (None, [])
         budget = self._budget()
         for prompt, (_, packed), ref in zip(prompts, parts, refs):
-            at = start and (start[0], copy_)
-            chunks = self._chunks(packed, prompt.shape[1] - (start[0] if start else 0), budget, share)
-            if len(chunks) == 1:
-                new = self._logprobs(at, prompt, packed, share)
-                yield self._loss(packed, new, ref, tokens, anchor, kl)
-                if ended:
-                    ended()
-                continue
-            # too big to backpropagate at once. Without the KL penalty a row's loss is its own (ART sums the tokens'
-            # terms, each of its own logprob, over the step's count): each chunk's loss is backpropagated in turn
-            if anchor is None or anchor.coef <= 0:
-                yield from self._in_chunks(at, prompt, packed, ref, chunks, tokens, anchor, kl, share)
-                if ended:
-                    ended()
-                continue
-            # with it, every token's advantage moves with the group's mean KL: the logprobs first (chunk by chunk too:
-            # a group's logits at once are gigabytes), the loss's gradient with respect to them, then the rows in
-            # chunks, each backpropagating its share (a sum whose gradient is the chunk's, whose value is the group's
-            # loss for the first chunk and nothing for the others)
-            with torch.no_grad():
-                whole = torch.cat([self._logprobs(at, prompt, _rows(packed, rows), share) for rows in chunks])
-            whole.requires_grad_(True)
-            loss = self._loss(packed, whole, ref, tokens, anchor, kl)
-            (grad,) = torch.autograd.grad(loss, whole)
-            for i, rows in enumerate(chunks):
-                share_of = (self._logprobs(at, prompt, _rows(packed, rows), share) * grad[rows]).sum()
-                value = loss.detach() if i == 0 else 0.0
-                yield share_of - share_of.detach() + value
+            yield from self._group_losses(
+                start and (start[0], copy_), prompt, packed, ref, budget, tokens, anchor, kl, share
+            )
             if ended:
                 ended()
         if start is not None:
             outputs = [t for layer in start[1].layers for t in (layer.keys, layer.values)]
             pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves) if leaf.grad is not None]
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+    def _group_losses(self, at, prompt, packed, ref, budget: int, tokens: int, anchor, kl: list, share: bool):
+        """One group's losses for Policy.step to backpropagate in turn (its prompt's start read from `at`, as
+        _logprobs takes it): one loss when the group fits `budget` (_chunks), else one a chunk of its rows."""
+        import torch
+
+        chunks = self._chunks(packed, prompt.shape[1] - (at[0] if at else 0), budget, share)
+        if len(chunks) == 1:
+            yield self._loss(packed, self._logprobs(at, prompt, packed, share), ref, tokens, anchor, kl)
+            return
+        # too big to backpropagate at once. Without the KL penalty a row's loss is its own (ART sums the tokens'
+        # terms, each of its own logprob, over the step's count): each chunk's loss is backpropagated in turn
+        if anchor is None or anchor.coef <= 0:
+            yield from self._in_chunks(at, prompt, packed, ref, chunks, tokens, anchor, kl, share)
+            return
+        # with it, every token's advantage moves with the group's mean KL: the logprobs first (chunk by chunk too:
+        # a group's logits at once are gigabytes), the loss's gradient with respect to them, then the rows in
+        # chunks, each backpropagating its share (a sum whose gradient is the chunk's, whose value is the group's
+        # loss for the first chunk and nothing for the others)
+        with torch.no_grad():
+            whole = torch.cat([self._logprobs(at, prompt, _rows(packed, rows), share) for rows in chunks])
+        whole.requires_grad_(True)
+        loss = self._loss(packed, whole, ref, tokens, anchor, kl)
+        (grad,) = torch.autograd.grad(loss, whole)
+        for i, rows in enumerate(chunks):
+            share_of = (self._logprobs(at, prompt, _rows(packed, rows), share) * grad[rows]).sum()
+            value = loss.detach() if i == 0 else 0.0
+            yield share_of - share_of.detach() + value
 
     def _in_chunks(self, start, prompt, packed, ref, chunks, tokens: int, anchor, kl: list, share: bool):
         """A group's losses chunk by chunk, where a row's loss is its own. The stretch the rows hold alike (_alike)

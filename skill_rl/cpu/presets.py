@@ -38,11 +38,10 @@ PREFIX_BYTES = 2 << 30
 
 
 # bytes a group's rows may hold for their backward pass at once (backend.py, CPUBackend._chunks): a training forward
-# keeps each layer's attention weights, a row's length x (prompt + length) for every head, so a group of long tool
-# episodes grows with the square of their length (6 rows of 1,267 tokens after a 1k prompt: 21.4 GB, a /tmp probe on
-# the 2-core EPYC). Past this, the group's logprobs are computed first without gradients, the loss's gradient with
-# respect to them taken, and its rows run again in chunks that each backpropagate their share: the same gradient
-# for one more forward pass of the group.
+# keeps every token's activations until the backward pass, so a group of long tool episodes holds gigabytes (6 rows
+# of 1,267 tokens: 21.4 GB, a /tmp probe on the 2-core EPYC). Past this, its rows are backpropagated in chunks, one
+# after another, with the same gradient (each chunk's own loss; with the KL penalty, the group's logprobs first,
+# without gradients, then each chunk's share of the loss's gradient: one more forward pass of the group).
 TRAIN_GROUP_BYTES = 4 << 30
 # what a token run with gradients holds until the backward pass, float32 (the layers' activations, the logits and
 # their log-softmax over 49,152 words): 2.4-3.7 MB measured on SmolLM2-135M, one to four rows of 400-2,400 tokens
