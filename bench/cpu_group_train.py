@@ -1,6 +1,7 @@
-"""The CPU backend's training pass over one RL step's real groups, two ways: with the stretch a group's rows hold
-alike after their prompt run once (CPUBackend._together: a tool episode's first calls and their results, when the
-group's episodes made the same ones) against every row run whole after the prompt (`--compare rows`, the default);
+"""The CPU backend's training pass over one RL step's real groups, two ways: with each stretch some of a group's rows
+hold alike after their prompt run once for them (CPUBackend._tree: a tool episode's first calls and their results,
+when episodes of the group made the same ones) against every row run whole after the prompt (`--compare rows`, the
+default);
 or a group's rows backpropagated in chunks that fit the memory budget (CPUBackend._chunks) against the group at once
 (`--compare chunks`).
 
@@ -47,6 +48,20 @@ def read_groups(path: Path) -> list:
         return _read_v2(pq.read_table(path).to_pylist())
 
 
+def tree_tokens(packed) -> int:
+    """The tokens after the prompt that CPUBackend._tree runs: each row's, less what it holds alike (tokens and
+    positions) with the row before it in sorted order (the stretches of the tree of the rows, each counted once)."""
+    valid = (packed["group_ids"] >= 0).sum(1).tolist()
+    rows = sorted(
+        list(zip(packed["tokens"][r, :n].tolist(), packed["input_pos"][r, :n].tolist())) for r, n in enumerate(valid)
+    )
+    total = len(rows[0])
+    for before, row in zip(rows, rows[1:]):
+        alike = next((i for i, (a, b) in enumerate(zip(before, row)) if a != b), min(len(before), len(row)))
+        total += len(row) - alike
+    return total
+
+
 def resident() -> int:
     """This process's resident memory now, in bytes (/proc/self/statm)."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -81,10 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
     alike = [backend_module._alike(p) if p["tokens"].shape[0] > 1 else 0 for _, p in parts]
     after = sum(int((p["group_ids"] >= 0).sum()) for _, p in parts)
-    together = after - sum(
-        (p["tokens"].shape[0] - 1) * a for (_, p), a in zip(parts, alike) if a >= backend_module.SHARED_MIN
-    )
-    whole_alike = backend_module._alike
+    together = sum(tree_tokens(p) for _, p in parts)
     own_budget = backend._budget()
     start = policy.shared_length([torch.tensor([prompt]) for prompt, _ in parts])
     chunks = [len(backend._chunks(p, len(prompt) - start, own_budget)) for prompt, p in parts]
@@ -92,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     def run(way: bool) -> tuple[float, float, float]:
         """(seconds, peak memory above the start in GB, the step's loss) of one way (True: the change)."""
         if args.compare == "rows":
-            backend_module._alike = whole_alike if way else (lambda packed: 0)
+            if way:
+                backend.__dict__.pop("_tree", None)
+            else:
+                backend._tree = backend._whole
         else:
             backend._budget = (lambda: own_budget) if way else (lambda: 1 << 60)
         policy.model.zero_grad(set_to_none=True)
@@ -120,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare == "rows":
         names = {
             False: f"every row whole: {after:,} tokens after the prompts",
-            True: f"alike stretch once: {together:,} tokens after the prompts",
+            True: f"each alike stretch once: {together:,} tokens after the prompts",
         }
     else:
         names = {False: "each group at once", True: f"chunks under {own_budget / 2**30:.1f} GiB: {chunks} per group"}
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             figures[way].append(run(way))
             seconds, peak, _ = figures[way][-1]
             print(f"run {rep + 1}, {names[way]}: {seconds:.1f} s, peak +{peak:.1f} GB", flush=True)
-    backend_module._alike = whole_alike
+    backend.__dict__.pop("_tree", None)
 
     def median(way: bool, i: int) -> float:
         return statistics.median(f[i] for f in figures[way])

@@ -495,7 +495,7 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     monkeypatch,
 ):
     """A tool episode's rows in a group often go on alike after the prompt (the same first calls, so the same
-    results): that stretch runs once for the group (CPUBackend._together), its trained tokens' logprobs and the
+    results): that stretch runs once for the group (CPUBackend._tree), its trained tokens' logprobs and the
     logits after it shared by the rows, each row's rest after it. Two-turn rows whose first answer and the message
     after it are the same (one of them training only its second answer), whose second answers differ: the same
     losses, gradient and KL as every row run whole; and so in chunks of one row (a group past the memory budget),
@@ -512,15 +512,14 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
     # measured, not penalized: a row's loss its own, so that a group in chunks (below) takes each chunk's loss
     anchor = Anchor(0.0, None)
-    stretches = []
-    original = backend._stretch
-    monkeypatch.setattr(backend, "_stretch", lambda *a: stretches.append(a[3]) or original(*a))
+    stretches = runs_of_stretches(monkeypatch, backend)
 
     (want, want_grad, want_kl), (got, got_grad, got_kl) = (
         step_figures(backend, parts, anchor, s) for s in (False, True)
     )
     # each group's stretch ran once for the reference and once for the policy: the first answer and the message after
-    assert len(stretches) == 4 and min(stretches) > 6 + 40
+    # (two of a group's sampled second answers may begin alike too: a stretch of a few tokens more)
+    assert len([n for n in stretches if n > 6 + 40]) == 4
     # float32: the output head's sums round differently as the count of rows it multiplies changes (one row's
     # stretch against three rows' whole: logits up to ~4e-5 apart, a token's logprob up to ~2e-4)
     assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
@@ -532,10 +531,72 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
     stretches.clear()
     chunked = one_row_a_chunk(monkeypatch, backend)
     got, got_grad, got_kl = step_figures(backend, parts, anchor, True)
-    assert [len(c) for c in chunked] == [3, 3] and len(stretches) == 4
+    assert [len(c) for c in chunked] == [3, 3] and len(stretches) == 4 and min(stretches) > 6 + 40
     assert len(got) == 8 and sum(x != 0 for x in got) == 6
     assert sum(got) == pytest.approx(sum(want), rel=2e-4, abs=2e-4)
     assert got_kl == pytest.approx(want_kl, abs=tokens * 2e-4)
+    assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-3
+
+
+def runs_of_stretches(monkeypatch, backend) -> list[int]:
+    """The lengths of the stretches rows hold alike that the backend runs once for them (CPUBackend._run), as run."""
+    runs, original = [], backend._run
+    monkeypatch.setattr(backend, "_run", lambda *a: runs.append(a[4] - a[3]) or original(*a))
+    return runs
+
+
+def subset_group(policy) -> list:
+    """One group of four two-turn episodes whose first answer (greedy) is the same, whose second message is one text
+    for the first two and another for the last two (two tools' results, say), whose second answers (sampled)
+    differ; rewards 0, 1, 2 and 3."""
+    import art
+
+    system = {"role": "system", "content": "Answer in capitals, in one short line. " * 6}
+    messages = [system, {"role": "user", "content": "say hi"}]
+    prompt = policy.prompt_ids(messages)
+    first = sampled_choice(policy, prompt, policy.generate_many([(prompt, 1)], 0.0, 6, True)[0])
+    trajectories = []
+    for text in (
+        "The tool says: three files changed, all tests pass. Now say it again. " * 3,
+        "Nothing was staged, and the build failed twice. Say what to do next. " * 3,
+    ):
+        result = {"role": "user", "content": text}
+        second = [*messages, {"role": "assistant", "content": first.message.content}, result]
+        prompt2 = policy.prompt_ids(second)
+        for s in policy.generate_many([(prompt2, 2)], 1.0, 6, True):
+            trajectories.append([*messages, first, result, sampled_choice(policy, prompt2, s)])
+    return [
+        art.TrajectoryGroup(
+            art.Trajectory(messages_and_choices=m, reward=r) for r, m in zip((0.0, 1.0, 2.0, 3.0), trajectories)
+        )
+    ]
+
+
+def test_rows_that_go_on_alike_in_pairs_run_each_pairs_stretch_once_with_the_same_loss_and_gradient(monkeypatch):
+    """Episodes of a group that part early (one tool's result here, another's there: their rows alike for a few
+    tokens only) and then go on alike in sets: each set's stretch runs once for its rows, after the one they all
+    hold (CPUBackend._tree), where the stretch all of them hold alike alone would share nothing. The same losses,
+    gradient and KL (the penalty on) as every row run whole."""
+    from skill_rl.cpu import backend as backend_module
+    from skill_rl.cpu.backend import Anchor
+
+    policy, backend = float32_backend(monkeypatch)
+    parts, trained = backend._parts(subset_group(policy))
+    ((_, packed),) = parts
+    assert trained == 4 and packed["tokens"].shape[0] == 4
+    # alike for all four: the first answer and the next turn's first tokens, too few to share
+    assert backend_module._alike(packed) < policy_module_shared_min()
+    tokens = int(packed["assistant_mask"].sum())
+    anchor = Anchor(0.5, None)
+    stretches = runs_of_stretches(monkeypatch, backend)
+    (want, want_grad, want_kl), (got, got_grad, got_kl) = (
+        step_figures(backend, parts, anchor, s) for s in (False, True)
+    )
+    # run whole: no stretch; shared: each pair's (its message and the assistant's turn after it) for the reference
+    # and for the policy
+    assert len([n for n in stretches if n > 40]) == 4
+    assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
+    assert want_kl != 0 and got_kl == pytest.approx(want_kl, abs=tokens * 2e-4)
     assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-3
 
 
