@@ -11,6 +11,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -210,6 +211,32 @@ def test_requests_that_arrive_together_are_decoded_as_one_batch(decoder):
         s.close()
     assert s.batches == 1 and decoder.calls == [GEN_BATCH]
     assert [a[1]["choices"][0]["message"]["content"] for a in answers] == [f" {i:02d}" for i in range(GEN_BATCH)]
+
+
+def staggered(server, count: int, apart_s: float) -> None:
+    """`count` requests, each sent `apart_s` after the one before (a tool episode's next turns, coming back as
+    their calls finish), all answered."""
+    with ThreadPoolExecutor(count) as pool:
+        futures = []
+        for i in range(count):
+            futures.append(pool.submit(post, server, chat(f"request {i:02d}")))
+            time.sleep(apart_s)
+        assert all(f.result()[0] == 200 for f in futures)
+
+
+@pytest.mark.parametrize("wait_s, batches", [(30.0, [4]), (1.0, [3, 1])])
+def test_requests_that_keep_arriving_within_the_window_of_each_other_are_one_batch_up_to_the_wait(
+    decoder, wait_s, batches
+):
+    """Four requests 0.4 s apart with a window of 1 s: each keeps the batch open another second, so they are one
+    batch (counted from the first alone, the window would close before the fourth), unless the batch has waited
+    `wait_s` since its first."""
+    s = served.Server(decoder, {"trained": True}, window_s=1.0, wait_s=wait_s)
+    try:
+        staggered(s, 4, 0.4)
+    finally:
+        s.close()
+    assert decoder.calls == batches
 
 
 def test_a_client_that_hangs_up_stops_its_rows_and_leaves_no_traceback(server, decoder, capfd):

@@ -28,8 +28,12 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_pro
 GEN_BATCH = 16
 
 
-# how long the server waits for more requests before generating
+# how long the server waits for another request before generating: each arrival keeps the batch open this long again,
+# up to BATCH_WAIT_S after its first. A tool episode's next requests come back as their calls finish: 16 of a
+# git-commit-agent step's, after its first turn, over 0.7 s with gaps of up to 0.17 s (a /tmp probe of the server's
+# queue); with a window counted from the first request only, one of them went alone, or 9 and then 8 (27 + 26 s)
 BATCH_WINDOW_S = 0.2
+BATCH_WAIT_S = 2.0
 
 
 # bytes of earlier prompts' keys and values the sampler keeps for a next turn that begins with one (prefixes.py):

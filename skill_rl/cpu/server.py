@@ -31,7 +31,7 @@ from typing import Callable
 
 from skill_rl.cpu import toolcalls
 from skill_rl.cpu.policy import Policy, Sample
-from skill_rl.cpu.presets import BATCH_WINDOW_S, GEN_BATCH
+from skill_rl.cpu.presets import BATCH_WAIT_S, BATCH_WINDOW_S, GEN_BATCH
 
 # bytes of a request body: a prompt the model's context can take is far less
 MAX_BODY = 4 * 1024 * 1024
@@ -87,8 +87,8 @@ class Server:
 
     `names` maps each served model name to whether the LoRA adapter is on (`base` serves the model
     without it); `api_key` is what every request must carry (a random one when not given). Requests that
-    arrive within `window_s` of each other (or fill a batch of GEN_BATCH sooner) are generated as one
-    batch; `batches` counts the decoder's calls."""
+    arrive within `window_s` of each other, for at most `wait_s` after the first (or fill a batch of GEN_BATCH
+    sooner), are generated as one batch; `batches` counts the decoder's calls."""
 
     def __init__(
         self,
@@ -97,8 +97,9 @@ class Server:
         port: int = 0,
         api_key: str | None = None,
         window_s: float = BATCH_WINDOW_S,
+        wait_s: float = BATCH_WAIT_S,
     ):
-        self.policy, self.names, self.window_s = policy, names, window_s
+        self.policy, self.names, self.window_s, self.wait_s = policy, names, window_s, max(window_s, wait_s)
         self.api_key = api_key or secrets.token_urlsafe(32)
         self.batches = 0
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
@@ -196,12 +197,16 @@ class Server:
 
     def _generate_forever(self) -> None:
         while (job := self.jobs.get()) is not None:
-            batch, deadline = [job], time.monotonic() + self.window_s
+            # each arrival keeps the batch open another window (a tool episode's next turns come back over a
+            # second or so, as their calls finish), up to wait_s after the first
+            first = time.monotonic()
+            batch, deadline = [job], first + self.window_s
             while len(batch) < GEN_BATCH and (left := deadline - time.monotonic()) > 0:
                 try:
                     batch.append(self.jobs.get(timeout=left))
                 except queue.Empty:
                     break
+                deadline = min(time.monotonic() + self.window_s, first + self.wait_s)
             stopping = None in batch
             self._run([j for j in batch if j is not None])
             if stopping:
