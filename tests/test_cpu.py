@@ -539,9 +539,10 @@ def test_a_groups_rows_that_go_on_alike_after_the_prompt_run_that_stretch_once_w
 
 
 def runs_of_stretches(monkeypatch, backend) -> list[int]:
-    """The lengths of the stretches rows hold alike that the backend runs once for them (CPUBackend._run), as run."""
-    runs, original = [], backend._run
-    monkeypatch.setattr(backend, "_run", lambda *a: runs.append(a[4] - a[3]) or original(*a))
+    """The lengths of the stretches rows hold alike that the backend runs once for them (CPUBackend._run_alike), as
+    run."""
+    runs, original = [], backend._run_alike
+    monkeypatch.setattr(backend, "_run_alike", lambda *a: runs.append(a[4] - a[3]) or original(*a))
     return runs
 
 

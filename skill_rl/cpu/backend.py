@@ -391,7 +391,7 @@ class CPUBackend:
     def _tree(self, cache, packed, prompt_length: int):
         """The rows' logprobs after the prompt's KV `cache` (one row), the rows read as a tree of the stretches they
         hold alike: from where a set of rows last parted (at first: all of them, after the prompt), the stretch they
-        go on alike runs once (_run) after the one before it (its keys and values forked for each set that parts
+        go on alike runs once (_run_alike) after the one before it (its keys and values forked for each set that parts
         from it), the log-softmax after it giving each row its next token's logprob; a set whose tree would save
         fewer than SHARED_MIN tokens (answers that part at once) runs its rows side by side (_flat). On a
         git-commit-agent step, 39k tokens after the prompts instead of 55k with only the stretch all of a group's
@@ -414,7 +414,7 @@ class CPUBackend:
                     pieces[r].append(last[tokens[r, begin]].reshape(1))
             end = begin + _common(rows_of, rows, begin)
             if end > begin:
-                head, last, cache = self._run(cache, packed, rows, begin, end, prompt_length, needed)
+                head, last, cache = self._run_alike(cache, packed, rows, begin, end, prompt_length, needed)
                 for r in rows:
                     pieces[r].append(head)
             # a row that ends here is done (its last column predicts nothing); the others part by their next token
@@ -453,11 +453,11 @@ class CPUBackend:
             pieces[r].append(out[i, : int(valid[r].sum()) - begin])
 
     def _stretch(self, start, prompt, packed, alike: int, needed):
-        """The prompt's rest and the stretch every row holds alike (_alike), run once as one row (_run)."""
+        """The prompt's rest and the stretch every row holds alike (_alike), run once as one row (_run_alike)."""
         cache = self.policy.prefix_after(start, prompt, 1)
-        return self._run(cache, packed, list(range(packed["tokens"].shape[0])), 0, alike, prompt.shape[1], needed)
+        return self._run_alike(cache, packed, list(range(packed["tokens"].shape[0])), 0, alike, prompt.shape[1], needed)
 
-    def _run(self, cache, packed, rows: list[int], begin: int, end: int, prompt_length: int, needed):
+    def _run_alike(self, cache, packed, rows: list[int], begin: int, end: int, prompt_length: int, needed):
         """Columns [begin, end) that `rows` hold alike, run once as one row after `cache` (their keys and values
         appended to it): (the logprob of each of its tokens after the first that one of the rows trains
         [end - begin - 1], 0 for the others; the log-softmax after its last token, from which each row's next
