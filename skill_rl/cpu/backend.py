@@ -392,8 +392,8 @@ class CPUBackend:
         """The rows' logprobs after the prompt's KV `cache` (one row), the rows read as a tree of the stretches they
         hold alike: from where a set of rows last parted (at first: all of them, after the prompt), the stretch they
         go on alike runs once (_run_alike) after the one before it (its keys and values forked for each set that parts
-        from it), the log-softmax after it giving each row its next token's logprob; a set whose tree would save
-        fewer than SHARED_MIN tokens (answers that part at once) runs its rows side by side (_flat). On a
+        from it), the log-softmax after it giving each row its next token's logprob; rows that part from the others
+        and would save fewer than SHARED_MIN tokens as a tree (answers that part at once) run side by side (_flat). On a
         git-commit-agent step, 39k tokens after the prompts instead of 55k with only the stretch all of a group's
         rows hold alike (and 73k run whole). The same logprobs and gradient as every row run whole."""
         tokens, positions = packed["tokens"], packed["input_pos"]
@@ -417,13 +417,19 @@ class CPUBackend:
                 head, last, cache = self._run_alike(cache, packed, rows, begin, end, prompt_length, needed)
                 for r in rows:
                     pieces[r].append(head)
-            # a row that ends here is done (its last column predicts nothing); the others part by their next token
+            # a row that ends here is done (its last column predicts nothing); the others part by their next token:
+            # sets that go on alike far enough to save SHARED_MIN tokens are trees of their own, the rest side by side
             parts: dict[tuple[int, int], list[int]] = {}
             for r in rows:
                 if lengths[r] > end:
                     parts.setdefault(rows_of[r][end], []).append(r)
-            for together in parts.values():
-                todo.append((self.policy.fork(cache) if len(parts) > 1 else cache, together, end, last))
+            deeper = [p for p in parts.values() if len(p) > 1 and _saved(rows_of, p, end) >= SHARED_MIN]
+            rest = [r for p in parts.values() if p not in deeper for r in p]
+            forked = len(deeper) + bool(rest) > 1
+            for together in deeper:
+                todo.append((self.policy.fork(cache) if forked else cache, together, end, last))
+            if rest:
+                self._flat(self.policy.fork(cache) if forked else cache, packed, rest, end, prompt_length, last, pieces)
         return _joined(pieces, packed)
 
     def _flat(self, cache, packed, rows: list[int], begin: int, prompt_length: int, last, pieces: list) -> None:
