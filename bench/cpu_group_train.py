@@ -1,7 +1,8 @@
 """The CPU backend's training pass over one RL step's real groups, two ways: with each stretch some of a group's rows
 hold alike after their prompt run once for them (CPUBackend._tree: a tool episode's first calls and their results,
 when episodes of the group made the same ones) against every row run whole after the prompt (`--compare rows`, the
-default);
+default; a group over the memory budget trains in chunks either way, where only the stretch all its rows hold
+runs once);
 or a group's rows backpropagated in chunks that fit the memory budget (CPUBackend._chunks) against the group at once
 (`--compare chunks`).
 

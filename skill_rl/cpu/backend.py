@@ -393,9 +393,9 @@ class CPUBackend:
         hold alike: from where a set of rows last parted (at first: all of them, after the prompt), the stretch they
         go on alike runs once (_run_alike) after the one before it (its keys and values forked for each set that parts
         from it), the log-softmax after it giving each row its next token's logprob; rows that part from the others
-        and would save fewer than SHARED_MIN tokens as a tree (answers that part at once) run side by side (_flat). On a
-        git-commit-agent step, 39k tokens after the prompts instead of 55k with only the stretch all of a group's
-        rows hold alike (and 73k run whole). The same logprobs and gradient as every row run whole."""
+        and would save fewer than SHARED_MIN tokens as a tree (answers that part at once) run side by side (_flat).
+        The same logprobs and gradient as every row run whole. For a group run at once (_logprobs: under the memory
+        budget, or without gradients); a group in chunks runs only the stretch all its rows hold once (_in_chunks)."""
         tokens, positions = packed["tokens"], packed["input_pos"]
         needed = _next(packed["assistant_mask"].bool())
         lengths = (packed["group_ids"] >= 0).sum(1).tolist()

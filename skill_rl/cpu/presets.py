@@ -78,11 +78,12 @@ TOOL_STEP_SECONDS, TOOL_VAL_TASK_SECONDS, TOOL_BASE_VAL_TASK_SECONDS, TOOL_SFT_E
 # 68 over 10 steps), seconds per val task (38-45 s for 6 tasks), seconds per warm-start example (644 s for 64).
 FLOAT32_STEP_SECONDS, FLOAT32_VAL_TASK_SECONDS, FLOAT32_SFT_EXAMPLE_SECONDS = 68, 7.0, 10.1
 # A skill with tools measured the same way on that machine (git-commit-agent with TOOL_DEFAULTS and its commit tool;
-# docs/cpu-learning.md, "A skill that acts"; a clean clone of commit deafb56, 2,678 s in all): seconds an RL step took
-# (170-301 s, mean 230 over 6 steps), a val task's 4 episodes after the warm start (165.8 and 228.4 s for 6 tasks), the
-# base model's (62.9 s for 6), a warm-start example's epoch (3 epochs of 22 in 819 s).
-FLOAT32_TOOL_STEP_SECONDS, FLOAT32_TOOL_VAL_TASK_SECONDS = 230, 32.9
-FLOAT32_TOOL_BASE_VAL_TASK_SECONDS, FLOAT32_TOOL_SFT_EXAMPLE_SECONDS = 10.5, 12.4
+# docs/cpu-learning.md, "A skill that acts"; a clean clone of commit 3da6709, 2,201 s in all): seconds an RL step took
+# (132-276 s, mean 212 over 6 steps), a val task's 4 episodes after the warm start (136.1 and 128.5 s for 6 tasks), the
+# base model's (56.4 s for 6), a warm-start epoch per train task (3 epochs in 581 s; 16 of the 22 train tasks' reference
+# episodes fit --max-tokens 160 and are trained on, so this counts the ones dropped as the run did).
+FLOAT32_TOOL_STEP_SECONDS, FLOAT32_TOOL_VAL_TASK_SECONDS = 212, 22.1
+FLOAT32_TOOL_BASE_VAL_TASK_SECONDS, FLOAT32_TOOL_SFT_EXAMPLE_SECONDS = 9.4, 8.8
 
 
 def estimated_seconds(
