@@ -3,7 +3,6 @@
 Needs the [cpu] extra and the tiny model's weights (README, "Quick start"); skipped without them.
 The runs are in-process (train_skill.main), so the model is loaded once for the whole module."""
 
-import asyncio
 import json
 import math
 import re
@@ -459,31 +458,6 @@ def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_t
     assert sum(got) == pytest.approx(sum(want), rel=1e-5, abs=1e-6)
     assert want_kl != 0 and got_kl == pytest.approx(want_kl, rel=1e-5)
     assert float((got_grad - want_grad).norm() / want_grad.norm()) < 1e-4
-
-
-def test_the_cpu_backend_registers_an_art_model_and_trains_a_step_through_arts_interface(tmp_path, monkeypatch):
-    """What train_skill.py calls, end to end on the real tiny model: ART's model.register, the backend's train on
-    sampled groups, the step's checkpoint; the LoRA weights move (their B matrices start at zero)."""
-    import art
-    import torch
-
-    monkeypatch.chdir(tmp_path)
-    backend = cpu.CPUBackend(quiet=True)
-    model = art.TrainableModel(name="step-test", run_name="step-test", project="skill-rl", base_model=cpu.TINY_MODEL)
-
-    async def one_step():
-        await model.register(backend)
-        try:
-            groups = answer_groups(backend.policy)
-            return await backend.train(model, groups, learning_rate=1e-3), await model.get_step()
-        finally:
-            await backend.close()
-
-    result, step = asyncio.run(one_step())
-    assert result.step == step == 1 and result.metrics["cpu/trained_trajectories"] == 6
-    assert (tmp_path / ".art" / "skill-rl" / "models" / "step-test" / "checkpoints" / "0001").is_dir()
-    moved = [p for n, p in backend.policy.model.named_parameters() if "lora_B" in n]
-    assert moved and all(torch.count_nonzero(p) > 0 for p in moved)
 
 
 def test_an_rl_steps_shared_prompt_start_gives_each_groups_loss_gradient_and_kl(monkeypatch):
