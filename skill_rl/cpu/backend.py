@@ -356,15 +356,17 @@ class CPUBackend:
                 new = self._logprobs(start, prompt, sub, share)
                 yield self._loss(sub, new, None if ref is None else ref[rows], tokens, anchor, kl)
             return
-        valid, needed = (packed["group_ids"] >= 0).long(), _next(packed["assistant_mask"].bool())
-        head, last, cache = self._stretch(start, prompt, packed, alike, needed)
+        head, last, cache = self._stretch(start, prompt, packed, alike, _next(packed["assistant_mask"].bool()))
         copy_, leaves = self.policy.leaves(cache)
         head_leaf, last_leaf = head.detach().requires_grad_(), last.detach().requires_grad_()
         for rows in chunks:
             sub = _rows(packed, rows)
-            own = self.policy.fork(copy_)
-            new = self._after(head_leaf, last_leaf, own, sub, alike, prompt.shape[1], valid[rows], needed[rows])
-            yield self._loss(sub, new, None if ref is None else ref[rows], tokens, anchor, kl)
+            # the stretch's logprobs, the same for every row, then each row's rest after it
+            pieces = [[head_leaf] for _ in range(sub["tokens"].shape[0])]
+            self._flat(
+                self.policy.fork(copy_), sub, list(range(len(pieces))), alike, prompt.shape[1], last_leaf, pieces
+            )
+            yield self._loss(sub, _joined(pieces, sub), None if ref is None else ref[rows], tokens, anchor, kl)
         outputs = [head, last, *(t for layer in cache.layers for t in (layer.keys, layer.values))]
         grads = [head_leaf.grad, last_leaf.grad, *(leaf.grad for leaf in leaves)]
         through = sum((o * g).sum() for o, g in zip(outputs, grads) if g is not None)
@@ -486,19 +488,6 @@ class CPUBackend:
         inside = -F.cross_entropy(logits[:-1], tokens[row, begin + cols + 1], reduction="none")
         head = torch.zeros(end - begin - 1, dtype=inside.dtype).index_copy(0, cols, inside)
         return head, logits[-1].log_softmax(-1), cache
-
-    def _after(self, head, last, cache, packed, alike: int, prompt_length: int, valid, needed):
-        """The rows' logprobs after a _stretch (`head`, `last`, `cache`, the cache repeated for the rows in place):
-        the stretch's, the same for every row, the next token's from `last`, then each row's rest run after it."""
-        import torch
-
-        tokens, positions = packed["tokens"], packed["input_pos"]
-        rows = tokens.shape[0]
-        for layer in cache.layers:
-            layer.batch_repeat_interleave(rows)
-        mask = torch.cat([torch.ones(rows, prompt_length + alike, dtype=torch.long), valid[:, alike:]], 1)
-        tail = self.policy.token_logprobs(tokens[:, alike:], mask, positions[:, alike:], needed[:, alike:], cache)
-        return torch.cat([head.expand(rows, -1), last[tokens[:, alike]][:, None], tail], 1)
 
     @staticmethod
     def _loss(packed, new, ref, tokens: int, anchor: Anchor | None, kl: list):
