@@ -49,20 +49,6 @@ def read_groups(path: Path) -> list:
         return _read_v2(pq.read_table(path).to_pylist())
 
 
-def tree_tokens(packed) -> int:
-    """The tokens after the prompt that CPUBackend._tree runs: each row's, less what it holds alike (tokens and
-    positions) with the row before it in sorted order (the stretches of the tree of the rows, each counted once)."""
-    valid = (packed["group_ids"] >= 0).sum(1).tolist()
-    rows = sorted(
-        list(zip(packed["tokens"][r, :n].tolist(), packed["input_pos"][r, :n].tolist())) for r, n in enumerate(valid)
-    )
-    total = len(rows[0])
-    for before, row in zip(rows, rows[1:]):
-        alike = next((i for i, (a, b) in enumerate(zip(before, row)) if a != b), min(len(before), len(row)))
-        total += len(row) - alike
-    return total
-
-
 def resident() -> int:
     """This process's resident memory now, in bytes (/proc/self/statm)."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -97,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = sum(int(p["assistant_mask"].sum()) for _, p in parts)
     alike = [backend_module._alike(p) if p["tokens"].shape[0] > 1 else 0 for _, p in parts]
     after = sum(int((p["group_ids"] >= 0).sum()) for _, p in parts)
-    together = sum(tree_tokens(p) for _, p in parts)
+    together = sum(backend_module._tree_tokens(p) for _, p in parts)
     own_budget = backend._budget()
     start = policy.shared_length([torch.tensor([prompt]) for prompt, _ in parts])
     chunks = [len(backend._chunks(p, len(prompt) - start, own_budget)) for prompt, p in parts]

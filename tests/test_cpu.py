@@ -433,6 +433,33 @@ def one_row_a_chunk(monkeypatch, backend) -> list:
     return chunked
 
 
+def test_a_group_whose_tree_of_alike_stretches_fits_the_budget_trains_at_once_though_its_rows_whole_would_not():
+    """A tool group's rows go on alike for most of their length (the same calls, the same results), then part: what
+    the tree runs (each stretch once) decides whether the group trains at once, not its rows run whole; past the
+    budget it trains in chunks, and without sharing the rows count whole."""
+    import torch
+
+    from skill_rl.cpu.backend import CPUBackend
+    from skill_rl.cpu.presets import TRAIN_TOKEN_BYTES
+
+    rows, length, alike = 4, 100, 80
+    tokens = torch.arange(length).repeat(rows, 1)
+    tokens[:, alike:] += 1000 * torch.arange(1, rows + 1).unsqueeze(1)
+    packed = {
+        "tokens": tokens,
+        "input_pos": torch.arange(length).repeat(rows, 1),
+        "group_ids": torch.zeros(rows, length, dtype=torch.long),
+    }
+    tree = alike + rows * (length - alike)
+    assert CPUBackend._chunks(packed, 10, (10 + tree) * TRAIN_TOKEN_BYTES) == [slice(0, rows)]
+    # one token more than the budget: chunks of the rows that fit beside the stretch all of them hold
+    assert CPUBackend._chunks(packed, 10, (9 + tree) * TRAIN_TOKEN_BYTES) == [slice(0, 3), slice(3, 4)]
+    # rows counted whole: 410 tokens do not fit 170, one row a chunk does
+    assert CPUBackend._chunks(packed, 10, (10 + tree) * TRAIN_TOKEN_BYTES, share=False) == [
+        slice(i, i + 1) for i in range(rows)
+    ]
+
+
 @pytest.mark.parametrize("coef", [0.5, 0.0])
 def test_a_group_past_the_memory_budget_backpropagates_its_rows_in_chunks_with_the_same_loss_and_gradient(
     monkeypatch, coef

@@ -71,6 +71,18 @@ def _saved(rows_of: list, rows: list[int], begin: int) -> int:
     return sum(_common([a, b], [0, 1], 0) for a, b in zip(ordered, ordered[1:]))
 
 
+def _tree_tokens(packed) -> int:
+    """The tokens after the prompt that CPUBackend._tree runs for the rows: each row's, less what it holds alike
+    (tokens and positions) with the row before it in sorted order (the stretches of the tree of the rows, each counted
+    once; stretches too short to share, run side by side, are counted once too, so a little under what runs)."""
+    valid = (packed["group_ids"] >= 0).sum(1).tolist()
+    rows_of = [
+        list(zip(packed["tokens"][r, :n].tolist(), packed["input_pos"][r, :n].tolist())) for r, n in enumerate(valid)
+    ]
+    ordered = sorted(rows_of)
+    return len(ordered[0]) + sum(len(b) - _common([a, b], [0, 1], 0) for a, b in zip(ordered, ordered[1:]))
+
+
 def _joined(pieces: list[list], packed):
     """Each row's logprobs from its pieces, padded with zeros to the packed width: [rows, width]."""
     import torch
@@ -267,8 +279,9 @@ class CPUBackend:
     def _chunks(packed, prompt_rest: int, budget: int, share: bool = True) -> list:
         """The group's rows as slices to backpropagate one after another, [all of them] when the group fits `budget`
         (bytes, at TRAIN_TOKEN_BYTES a token run with gradients: the prompt's tokens after the step's shared start,
-        then each row's own tokens, the stretch the rows hold alike counted once), else as many rows a slice as fit,
-        one at least."""
+        then the tokens _tree runs for the rows, each stretch some of them hold alike counted once), else as many rows
+        a slice as fit (_in_chunks: each row's own tokens, the stretch all of them hold alike counted once), one at
+        least."""
         rows, length = packed["tokens"].shape
         alike = _alike(packed) if rows > 1 and share else 0
         alike = alike if alike >= SHARED_MIN else 0
@@ -276,7 +289,8 @@ class CPUBackend:
         def cost(n: int) -> int:
             return (prompt_rest + alike + n * (length - alike)) * TRAIN_TOKEN_BYTES
 
-        if cost(rows) <= budget:
+        at_once = _tree_tokens(packed) if rows > 1 and share else rows * length
+        if (prompt_rest + at_once) * TRAIN_TOKEN_BYTES <= budget:
             return [slice(0, rows)]
         size = max(1, next((n for n in range(rows - 1, 0, -1) if cost(n) <= budget), 1))
         return [slice(i, min(i + size, rows)) for i in range(0, rows, size)]

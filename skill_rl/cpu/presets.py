@@ -45,8 +45,12 @@ PREFIX_BYTES = 2 << 30
 # keeps every token's activations until the backward pass, so a group of long tool episodes holds gigabytes (6 rows
 # of 1,267 tokens: 21.4 GB, a /tmp probe on the 2-core EPYC). Past this, its rows are backpropagated in chunks, one
 # after another, with the same gradient (each chunk's own loss; with the KL penalty, the group's logprobs first,
-# without gradients, then each chunk's share of the loss's gradient: one more forward pass of the group).
-TRAIN_GROUP_BYTES = 4 << 30
+# without gradients, then each chunk's share of the loss's gradient: one more forward pass of the group). A group
+# whose rows go on alike counts each stretch once (the tree CPUBackend._tree runs): a git-commit-agent group's 4
+# episodes, the same calls and results then their own commit, are ~1,800 tokens as a tree against ~3,800 whole
+# (bench/cpu_group_train.py); 8 GiB (~2,700 tokens) lets most run as one tree on a 24 GB machine, where the half of
+# the memory available that _budget also caps it at is 9-10 GB when a step starts.
+TRAIN_GROUP_BYTES = 8 << 30
 # what a token run with gradients holds until the backward pass, float32 (the layers' activations, the logits and
 # their log-softmax over 49,152 words): 2.4-3.7 MB measured on SmolLM2-135M, one to four rows of 400-2,400 tokens
 TRAIN_TOKEN_BYTES = 3 << 20
