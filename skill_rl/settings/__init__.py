@@ -184,11 +184,7 @@ class Settings:
         type=flags.count(2, " (RL compares answers within a group)"),
         preset=8,
     )
-    learning_rate: float | None = TRAIN(
-        help=f"default 1e-5; cpu 3e-4; a skill with tools on cpu {defaults.CPU_TOOL_DEFAULTS['learning_rate']:g}",
-        type=flags.number(above=0),
-        preset=1e-5,
-    )
+    learning_rate: float | None = TRAIN(help="default 1e-5; cpu 3e-4", type=flags.number(above=0), preset=1e-5)
     eval_every: int = TRAIN(10, "validate every N steps, and at the end (default 10)", type=flags.count())
     temperature: float | None = TRAIN(
         help="sampling temperature (default 1.0 training, 0.0 --eval)", type=flags.number(minimum=0)

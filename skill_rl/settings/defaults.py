@@ -36,10 +36,7 @@ CPU_DEFAULTS = {
 # a commit's message is a tool call's argument (48 tokens cut it before the call closes); an episode's turns each read
 # the whole chat again, so the run keeps them few; one pass over 22 scripted episodes leaves the tiny model writing
 # broken calls (0 of 24 episodes committed), three teach the calls' form (docs/cpu-learning.md, "A skill that acts").
-# RL's rate is the warm start's: Adam moves each weight by about the rate a step whatever the gradient's scale, so 6
-# steps at the text rehearsal's 3e-4 moved the adapter by a thirteenth of the warm start's 24 steps at 1e-3, and left
-# the share of valid commits where the warm start had (docs/cpu-learning.md).
-CPU_TOOL_DEFAULTS = {"max_tokens": 160, "max_turns": 4, "sft_epochs": 3, "steps": 6, "learning_rate": 1e-3}
+CPU_TOOL_DEFAULTS = {"max_tokens": 160, "max_turns": 4, "sft_epochs": 3, "steps": 6}
 # the KL anchor's coefficient after a warm start; docs/cpu-learning.md says how it was chosen
 DEFAULT_COEF = 0.0
 # the warm start's least reward for an example
