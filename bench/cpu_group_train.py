@@ -4,9 +4,11 @@ when episodes of the group made the same ones) against every row run whole after
 default; a group over the memory budget trains in chunks either way, where only the stretch all its rows hold
 runs once);
 or a group's rows backpropagated in chunks that fit the memory budget (CPUBackend._chunks) against the group at once
-(`--compare chunks`).
+(`--compare chunks`); or the budget's rule, a group's cost counted as the tree it runs under TRAIN_GROUP_BYTES,
+against the rule before commit 4db9eee, its rows counted whole (the stretch all of them hold once) under 4 GiB
+(`--compare budget`: a tool step's groups went through the chunks under that rule).
 
-    python bench/cpu_group_train.py STEP.parquet [--reps 2] [--compare rows|chunks]
+    python bench/cpu_group_train.py STEP.parquet [--reps 2] [--compare rows|chunks|budget]
 
 STEP.parquet is a step's trajectories as a CPU run saved them (`.art/<project>/models/<run>/trajectories/train/
 0004.parquet` after `python train_skill.py --skill git-commit-agent --backend cpu`). Needs the [cpu] extra and
@@ -34,6 +36,9 @@ sys.path[:0] = [str(ROOT)]
 
 from machine import cpu_workdir  # noqa: E402
 
+# TRAIN_GROUP_BYTES before commit 4db9eee (--compare budget)
+OLD_BUDGET = 4 << 30
+
 
 def read_groups(path: Path) -> list:
     """The trajectory groups of ART's parquet file: its reader, which needs duckdb (not among ART's dependencies),
@@ -58,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parquet", type=Path, help="a step's trajectories (trajectories/train/NNNN.parquet)")
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--compare", choices=("rows", "chunks"), default="rows")
+    parser.add_argument("--compare", choices=("rows", "chunks", "budget"), default="rows")
     args = parser.parse_args(argv)
     if not args.parquet.is_file():
         print(f"error: {args.parquet}: no such file", file=sys.stderr)
@@ -87,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     own_budget = backend._budget()
     start = policy.shared_length([torch.tensor([prompt]) for prompt, _ in parts])
     chunks = [len(backend._chunks(p, len(prompt) - start, own_budget)) for prompt, p in parts]
+    tree_tokens, old_budget = backend_module._tree_tokens, min(OLD_BUDGET, own_budget)
+
+    def rows_tokens(packed) -> int:
+        """The rule before 4db9eee: each row's tokens, the stretch all of them hold alike counted once."""
+        rows, length = packed["tokens"].shape
+        same = backend_module._alike(packed) if rows > 1 else 0
+        same = same if same >= backend_module.SHARED_MIN else 0
+        return same + rows * (length - same)
+
+    backend_module._tree_tokens = rows_tokens
+    old_chunks = [len(backend._chunks(p, len(prompt) - start, old_budget)) for prompt, p in parts]
+    backend_module._tree_tokens = tree_tokens
 
     def run(way: bool) -> tuple[float, float, float]:
         """(seconds, peak memory above the start in GB, the step's loss) of one way (True: the change)."""
@@ -95,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
                 backend.__dict__.pop("_tree", None)
             else:
                 backend._tree = backend._whole
-        else:
+        elif args.compare == "chunks":
             backend._budget = (lambda: own_budget) if way else (lambda: 1 << 60)
+        else:
+            backend_module._tree_tokens = tree_tokens if way else rows_tokens
+            backend._budget = (lambda: own_budget) if way else (lambda: old_budget)
         policy.model.zero_grad(set_to_none=True)
         # what the last run freed back to the system first: else its high-water mark hides this one's
         release_memory()
@@ -124,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
             False: f"every row whole: {after:,} tokens after the prompts",
             True: f"each alike stretch once: {together:,} tokens after the prompts",
         }
-    else:
+    elif args.compare == "chunks":
         names = {False: "each group at once", True: f"chunks under {own_budget / 2**30:.1f} GiB: {chunks} per group"}
+    else:
+        names = {
+            False: f"rows counted whole under {old_budget / 2**30:.1f} GiB: {old_chunks} chunks per group",
+            True: f"the tree counted under {own_budget / 2**30:.1f} GiB: {chunks} chunks per group",
+        }
     figures: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     for rep in range(args.reps):
         for way in (False, True) if rep % 2 == 0 else (True, False):
@@ -133,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds, peak, _ = figures[way][-1]
             print(f"run {rep + 1}, {names[way]}: {seconds:.1f} s, peak +{peak:.1f} GB", flush=True)
     backend.__dict__.pop("_tree", None)
+    backend_module._tree_tokens = tree_tokens
 
     def median(way: bool, i: int) -> float:
         return statistics.median(f[i] for f in figures[way])
