@@ -71,16 +71,20 @@ def _saved(rows_of: list, rows: list[int], begin: int) -> int:
     return sum(_common([a, b], [0, 1], 0) for a, b in zip(ordered, ordered[1:]))
 
 
-def _tree_tokens(packed) -> int:
-    """The tokens after the prompt that CPUBackend._tree runs for the rows: each row's, less what it holds alike
-    (tokens and positions) with the row before it in sorted order (the stretches of the tree of the rows, each counted
-    once; stretches too short to share, run side by side, are counted once too, so a little under what runs)."""
+def _rows_of(packed) -> list[list[tuple[int, int]]]:
+    """Each packed row's (token, position) pairs, padding left out: what _tree compares to find the stretches rows
+    hold alike."""
     valid = (packed["group_ids"] >= 0).sum(1).tolist()
-    rows_of = [
-        list(zip(packed["tokens"][r, :n].tolist(), packed["input_pos"][r, :n].tolist())) for r, n in enumerate(valid)
-    ]
-    ordered = sorted(rows_of)
-    return len(ordered[0]) + sum(len(b) - _common([a, b], [0, 1], 0) for a, b in zip(ordered, ordered[1:]))
+    tokens, positions = packed["tokens"], packed["input_pos"]
+    return [list(zip(tokens[r, :n].tolist(), positions[r, :n].tolist())) for r, n in enumerate(valid)]
+
+
+def _tree_tokens(packed) -> int:
+    """The tokens after the prompt that CPUBackend._tree runs for the rows: all of theirs, less what the tree of their
+    alike stretches saves (_saved; stretches too short to share, run side by side, are counted once too, so a little
+    under what runs)."""
+    rows_of = _rows_of(packed)
+    return sum(map(len, rows_of)) - _saved(rows_of, list(range(len(rows_of))), 0)
 
 
 def _joined(pieces: list[list], packed):
@@ -283,15 +287,15 @@ class CPUBackend:
         a slice as fit (_in_chunks: each row's own tokens, the stretch all of them hold alike counted once), one at
         least."""
         rows, length = packed["tokens"].shape
+        at_once = _tree_tokens(packed) if rows > 1 and share else rows * length
+        if (prompt_rest + at_once) * TRAIN_TOKEN_BYTES <= budget:
+            return [slice(0, rows)]
         alike = _alike(packed) if rows > 1 and share else 0
         alike = alike if alike >= SHARED_MIN else 0
 
         def cost(n: int) -> int:
             return (prompt_rest + alike + n * (length - alike)) * TRAIN_TOKEN_BYTES
 
-        at_once = _tree_tokens(packed) if rows > 1 and share else rows * length
-        if (prompt_rest + at_once) * TRAIN_TOKEN_BYTES <= budget:
-            return [slice(0, rows)]
         size = max(1, next((n for n in range(rows - 1, 0, -1) if cost(n) <= budget), 1))
         return [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
 
@@ -412,10 +416,10 @@ class CPUBackend:
         and would save fewer than SHARED_MIN tokens as a tree (answers that part at once) run side by side (_flat).
         The same logprobs and gradient as every row run whole. For a group run at once (_logprobs: under the memory
         budget, or without gradients); a group in chunks runs only the stretch all its rows hold once (_in_chunks)."""
-        tokens, positions = packed["tokens"], packed["input_pos"]
+        tokens = packed["tokens"]
         needed = _next(packed["assistant_mask"].bool())
-        lengths = (packed["group_ids"] >= 0).sum(1).tolist()
-        rows_of = [list(zip(tokens[r, :n].tolist(), positions[r, :n].tolist())) for r, n in enumerate(lengths)]
+        rows_of = _rows_of(packed)
+        lengths = [len(r) for r in rows_of]
         # each row's logprobs, in column order
         pieces: list[list] = [[] for _ in lengths]
         # (the rows' KV cache, the rows, the column they part at, the log-softmax predicting it: None after the prompt)
