@@ -435,26 +435,29 @@ def one_row_a_chunk(monkeypatch, backend) -> list:
 
 def test_a_group_whose_tree_of_alike_stretches_fits_the_budget_trains_at_once_though_its_rows_whole_would_not():
     """A tool group's rows go on alike for most of their length (the same calls, the same results), then part: what
-    the tree runs (each stretch once) decides whether the group trains at once, not its rows run whole; past the
-    budget it trains in chunks, and without sharing the rows count whole."""
+    the tree runs (each stretch once) decides whether the group trains at once, not its rows run whole nor the rows
+    less only the stretch all of them hold; past the budget it trains in chunks, and without sharing the rows count
+    whole. Rows alike for 50 tokens, then in pairs for 40 more, then each its own 10."""
     import torch
 
     from skill_rl.cpu.backend import CPUBackend
     from skill_rl.cpu.presets import TRAIN_TOKEN_BYTES
 
-    rows, length, alike = 4, 100, 80
+    rows, length, all_alike, pairs_alike = 4, 100, 50, 90
     tokens = torch.arange(length).repeat(rows, 1)
-    tokens[:, alike:] += 1000 * torch.arange(1, rows + 1).unsqueeze(1)
+    tokens[:, all_alike:] += 1000 * (torch.arange(rows) // 2 + 1).unsqueeze(1)
+    tokens[:, pairs_alike:] += 100000 * torch.arange(1, rows + 1).unsqueeze(1)
     packed = {
         "tokens": tokens,
         "input_pos": torch.arange(length).repeat(rows, 1),
         "group_ids": torch.zeros(rows, length, dtype=torch.long),
     }
-    tree = alike + rows * (length - alike)
+    tree = all_alike + 2 * (pairs_alike - all_alike) + rows * (length - pairs_alike)
+    # 170 tokens as a tree, where the rows less the stretch all of them hold are 250
     assert CPUBackend._chunks(packed, 10, (10 + tree) * TRAIN_TOKEN_BYTES) == [slice(0, rows)]
-    # one token more than the budget: chunks of the rows that fit beside the stretch all of them hold
-    assert CPUBackend._chunks(packed, 10, (9 + tree) * TRAIN_TOKEN_BYTES) == [slice(0, 3), slice(3, 4)]
-    # rows counted whole: 410 tokens do not fit 170, one row a chunk does
+    # one token more than the budget: chunks of the rows that fit beside the stretch all of them hold (10 + 50 + 2 x 50)
+    assert CPUBackend._chunks(packed, 10, (9 + tree) * TRAIN_TOKEN_BYTES) == [slice(0, 2), slice(2, 4)]
+    # rows counted whole: 410 tokens do not fit 180, one row a chunk does
     assert CPUBackend._chunks(packed, 10, (10 + tree) * TRAIN_TOKEN_BYTES, share=False) == [
         slice(i, i + 1) for i in range(rows)
     ]
